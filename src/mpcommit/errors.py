@@ -1,0 +1,130 @@
+"""The project's exceptions: one base, one class per thing a caller may want to tell apart.
+
+Store errors keep the botocore error they came from as ``__cause__``; messages say what to do next.
+"""
+
+from __future__ import annotations
+
+
+class MpcommitError(Exception):
+    """Base of every error mpcommit raises on purpose."""
+
+
+# ---------------------------------------------------------------- usage and configuration
+class UsageError(MpcommitError, ValueError):
+    """An argument or option that cannot work (bad URI, unknown mode, malformed size)."""
+
+
+class InvalidUriError(UsageError):
+    """A destination that is not an s3://, s3a:// or s3n:// URI with a bucket."""
+
+
+class DestinationExistsError(MpcommitError):
+    """Mode ``error`` and the destination already holds data."""
+
+
+# ---------------------------------------------------------------- object store
+class StoreError(MpcommitError):
+    """An S3 request failed. ``code`` is S3's error code when it gave one."""
+
+    def __init__(self, message: str, *, operation: str = "", code: str = "", bucket: str = "", key: str = ""):
+        super().__init__(message)
+        self.operation = operation
+        self.code = code
+        self.bucket = bucket
+        self.key = key
+
+
+class TransientStoreError(StoreError):
+    """A failure worth retrying (throttling, 5xx, timeouts, dropped connections)."""
+
+
+class ThrottledError(TransientStoreError):
+    """S3 asked us to slow down (503 SlowDown, 429, RequestLimitExceeded)."""
+
+
+class RetriesExhaustedError(StoreError):
+    """A transient failure persisted through every retry the policy allows."""
+
+
+class EndpointUnreachableError(TransientStoreError):
+    """The endpoint did not answer (connection refused, DNS failure, timeout)."""
+
+
+class NotFoundError(StoreError):
+    """Something named in the request does not exist."""
+
+
+class NoSuchBucketError(NotFoundError):
+    """The bucket does not exist."""
+
+
+class NoSuchKeyError(NotFoundError):
+    """The object does not exist."""
+
+
+class NoSuchUploadError(NotFoundError):
+    """The multipart upload is not pending: completed, aborted, or never existed."""
+
+
+class AccessDeniedError(StoreError):
+    """The credentials lack a permission the request needs."""
+
+
+class InvalidCredentialsError(StoreError):
+    """The credentials are unknown, malformed or expired."""
+
+
+class PreconditionFailedError(StoreError):
+    """A conditional request (If-Match, If-None-Match) did not hold."""
+
+
+class InvalidPartError(StoreError):
+    """S3 refused the parts of a multipart upload (EntityTooSmall, InvalidPart, InvalidPartOrder)."""
+
+
+class ChecksumMismatchError(StoreError):
+    """The checksum S3 computed for uploaded bytes differs from the one computed here."""
+
+
+# ---------------------------------------------------------------- persisted records
+class ManifestError(MpcommitError):
+    """A persisted record (job descriptor, task manifest, journal) that must not be acted upon."""
+
+
+class ManifestCorruptError(ManifestError):
+    """Truncated or invalid JSON, or fields of the wrong type."""
+
+
+class ManifestVersionError(ManifestError):
+    """A record written by an unknown format version."""
+
+
+class ManifestScopeError(ManifestError):
+    """A record naming keys outside the destination, another bucket or another job (invariant I7)."""
+
+
+# ---------------------------------------------------------------- protocol
+class ProtocolError(MpcommitError):
+    """The committer was used in a way its protocol does not allow."""
+
+
+class DuplicateTaskResultError(ProtocolError):
+    """Two results for one task id were passed to one job commit."""
+
+
+class JobStateError(ProtocolError):
+    """An operation that the job's current state does not allow (commit after abort, ...)."""
+
+
+class CommitFailedError(MpcommitError):
+    """The commit definitely did not happen: nothing was made visible, cleanup is safe."""
+
+
+class CommitStateUnknownError(MpcommitError):
+    """The commit may have partly happened: never clean up, run ``mpcommit jobs recover``."""
+
+    def __init__(self, message: str, *, job_id: str, destination: str):
+        super().__init__(message)
+        self.job_id = job_id
+        self.destination = destination

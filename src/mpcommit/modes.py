@@ -1,0 +1,62 @@
+"""Write modes, as Spark's DataFrameWriter names them, and the states a job goes through."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from .errors import UsageError
+
+
+class WriteMode(str, Enum):
+    APPEND = "append"
+    OVERWRITE = "overwrite"
+    ERROR = "error"
+    IGNORE = "ignore"
+
+    @classmethod
+    def parse(cls, value: "str | WriteMode") -> "WriteMode":
+        if isinstance(value, WriteMode):
+            return value
+        text = str(value).strip().lower()
+        if text in ("errorifexists", "error_if_exists", "default"):
+            return cls.ERROR
+        try:
+            return cls(text)
+        except ValueError:
+            raise UsageError(
+                f"unknown mode {value!r}: use append, overwrite, error (errorifexists) or ignore"
+            ) from None
+
+
+class PartitionOverwrite(str, Enum):
+    """Like Spark's ``spark.sql.sources.partitionOverwriteMode``: static replaces the whole destination,
+    dynamic only the partitions the job wrote (Hive's INSERT OVERWRITE ... PARTITION)."""
+
+    STATIC = "static"
+    DYNAMIC = "dynamic"
+
+    @classmethod
+    def parse(cls, value: "str | PartitionOverwrite") -> "PartitionOverwrite":
+        if isinstance(value, PartitionOverwrite):
+            return value
+        try:
+            return cls(str(value).strip().lower())
+        except ValueError:
+            raise UsageError(f"unknown partition_overwrite {value!r}: use static or dynamic") from None
+
+
+class JobState(str, Enum):
+    """What the records under a job's hidden prefix say about it."""
+
+    WRITING = "writing"        # descriptor only: tasks may still be writing
+    COMMITTING = "committing"  # journal written: `recover` finishes it, never cleans it up
+    COMMITTED = "committed"    # _SUCCESS names this job; only leftover records remain
+    ABORTED = "aborted"        # rolled back; only leftover records remain
+
+
+class CommitOutcome(str, Enum):
+    """The three outcomes of a commit (pyiceberg's rule): only NOT_COMMITTED may be cleaned up."""
+
+    COMMITTED = "committed"
+    NOT_COMMITTED = "not_committed"
+    UNKNOWN = "unknown"

@@ -1,0 +1,83 @@
+"""Plain, frozen, picklable settings. They travel from the driver to every worker inside the job spec."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+MiB = 1024 * 1024
+GiB = 1024 * MiB
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How transient S3 failures are retried: exponential backoff with full jitter, bounded in count and time."""
+
+    max_attempts: int = 8
+    initial_delay: float = 0.1
+    max_delay: float = 10.0
+    max_total_seconds: float = 120.0
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError(f"RetryPolicy.max_attempts must be at least 1, got {self.max_attempts}")
+        if self.initial_delay < 0 or self.max_delay < self.initial_delay:
+            raise ValueError("RetryPolicy needs 0 <= initial_delay <= max_delay")
+
+
+@dataclass(frozen=True)
+class S3Options:
+    """How to reach the object store. With no arguments, boto3's usual sources apply
+    (``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, profiles, region).
+
+    Secrets are kept out of ``repr`` so that they never reach logs or error messages.
+    """
+
+    endpoint_url: str | None = None
+    region: str | None = None
+    profile: str | None = None
+    access_key_id: str | None = field(default=None, repr=False)
+    secret_access_key: str | None = field(default=None, repr=False)
+    session_token: str | None = field(default=None, repr=False)
+    # Path-style addressing works everywhere (LocalStack, MinIO, Ceph); virtual-host style needs DNS per bucket.
+    addressing_style: str = "path"
+    max_pool_connections: int = 64
+    connect_timeout: float = 10.0
+    read_timeout: float = 120.0
+    retry: RetryPolicy = RetryPolicy()
+    # Server-side encryption, passed on every request that accepts it.
+    sse: str | None = None  # "AES256" (SSE-S3) or "aws:kms" (SSE-KMS)
+    sse_kms_key_id: str | None = None
+    expected_bucket_owner: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.sse not in (None, "AES256", "aws:kms"):
+            raise ValueError(f"S3Options.sse must be None, 'AES256' or 'aws:kms', got {self.sse!r}")
+        if self.sse_kms_key_id and self.sse != "aws:kms":
+            raise ValueError("S3Options.sse_kms_key_id needs sse='aws:kms'")
+        if self.addressing_style not in ("path", "virtual", "auto"):
+            raise ValueError(f"S3Options.addressing_style must be path, virtual or auto, got {self.addressing_style!r}")
+
+
+@dataclass(frozen=True)
+class WriterSettings:
+    """Sizing of the streaming multipart writer.
+
+    Memory per open file is bounded by ``part_size(n) * (max_parts_in_flight + 1)``: one buffer filling,
+    up to ``max_parts_in_flight`` uploading. Part size starts at ``initial_part_size`` and doubles every
+    ``parts_per_size_step`` parts, so that no file needs more than 10,000 parts up to S3's 5 TiB limit.
+    """
+
+    initial_part_size: int = 8 * MiB
+    parts_per_size_step: int = 1000
+    max_parts_in_flight: int = 2
+    upload_threads: int = 4
+
+    def __post_init__(self) -> None:
+        if self.initial_part_size < 5 * MiB:
+            raise ValueError(f"initial_part_size must be at least 5 MiB (S3's minimum part size), got {self.initial_part_size}")
+        if self.initial_part_size > 5 * GiB:
+            raise ValueError("initial_part_size must be at most 5 GiB (S3's maximum part size)")
+        if not 1 <= self.parts_per_size_step <= 10_000:
+            raise ValueError("parts_per_size_step must be between 1 and 10,000")
+        if self.max_parts_in_flight < 1 or self.upload_threads < 1:
+            raise ValueError("max_parts_in_flight and upload_threads must be at least 1")

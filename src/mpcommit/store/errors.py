@@ -1,0 +1,100 @@
+"""One table that turns S3 error codes and botocore exceptions into the project's exceptions.
+
+The original exception is always chained as ``__cause__``; the message names the request and what to do.
+"""
+
+from __future__ import annotations
+
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectionClosedError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    IncompleteReadError,
+    NoCredentialsError,
+    PartialCredentialsError,
+    ReadTimeoutError,
+    ResponseStreamingError,
+)
+from urllib3.exceptions import ProtocolError as Urllib3ProtocolError
+
+from .. import errors as e
+
+# S3 error code -> (exception class, advice). Codes differ between AWS, LocalStack, moto, MinIO and Ceph;
+# HEAD responses carry only the status code, hence the numeric entries.
+_CODES: dict[str, tuple[type[e.StoreError], str]] = {
+    "SlowDown": (e.ThrottledError, "S3 asked to slow down"),
+    "Throttling": (e.ThrottledError, "S3 asked to slow down"),
+    "ThrottlingException": (e.ThrottledError, "S3 asked to slow down"),
+    "RequestLimitExceeded": (e.ThrottledError, "S3 asked to slow down"),
+    "TooManyRequests": (e.ThrottledError, "S3 asked to slow down"),
+    "429": (e.ThrottledError, "S3 asked to slow down"),
+    "503": (e.ThrottledError, "S3 asked to slow down"),
+    "ServiceUnavailable": (e.TransientStoreError, "the service is unavailable"),
+    "InternalError": (e.TransientStoreError, "S3 had an internal error"),
+    "RequestTimeout": (e.TransientStoreError, "S3 timed out reading the request"),
+    "OperationAborted": (e.TransientStoreError, "a conflicting operation is in progress"),
+    "ConditionalRequestConflict": (e.TransientStoreError, "a conflicting conditional write is in progress"),
+    "500": (e.TransientStoreError, "S3 had an internal error"),
+    "502": (e.TransientStoreError, "bad gateway"),
+    "504": (e.TransientStoreError, "gateway timeout"),
+    "NoSuchBucket": (e.NoSuchBucketError, "the bucket does not exist: create it, or check the URI and the endpoint"),
+    "NoSuchKey": (e.NoSuchKeyError, "the object does not exist"),
+    "404": (e.NoSuchKeyError, "the object does not exist"),
+    "NotFound": (e.NoSuchKeyError, "the object does not exist"),
+    "NoSuchUpload": (e.NoSuchUploadError, "the multipart upload is no longer pending (completed or aborted)"),
+    "AccessDenied": (e.AccessDeniedError, "access denied: grant these credentials the permission for this request"),
+    "AllAccessDisabled": (e.AccessDeniedError, "all access to this bucket is disabled"),
+    "403": (e.AccessDeniedError, "access denied (403): check the credentials' permissions and the bucket owner"),
+    "InvalidAccessKeyId": (e.InvalidCredentialsError, "the access key id is unknown: check AWS_ACCESS_KEY_ID or the profile"),
+    "SignatureDoesNotMatch": (e.InvalidCredentialsError, "the secret key does not match: check the credentials"),
+    "ExpiredToken": (e.InvalidCredentialsError, "the session token expired: refresh the credentials"),
+    "InvalidToken": (e.InvalidCredentialsError, "the session token is invalid: refresh the credentials"),
+    "PreconditionFailed": (e.PreconditionFailedError, "a precondition did not hold (the object changed or exists)"),
+    "412": (e.PreconditionFailedError, "a precondition did not hold (the object changed or exists)"),
+    "EntityTooSmall": (e.InvalidPartError, "a part other than the last was smaller than 5 MiB"),
+    "InvalidPart": (e.InvalidPartError, "a listed part was not found or its ETag does not match"),
+    "InvalidPartOrder": (e.InvalidPartError, "parts must be listed in ascending order"),
+    "BadDigest": (e.ChecksumMismatchError, "the uploaded bytes do not match their checksum"),
+    "InvalidDigest": (e.ChecksumMismatchError, "the checksum sent is malformed"),
+    "XAmzContentChecksumMismatch": (e.ChecksumMismatchError, "the uploaded bytes do not match their checksum"),
+    "InvalidRequest": (e.StoreError, "S3 refused the request as invalid"),
+}
+
+
+def translate(exc: BaseException, *, operation: str, bucket: str = "", key: str = "", endpoint: str = "") -> e.StoreError:
+    """Map a botocore/urllib3 exception to a StoreError subclass (the caller chains it with ``from exc``)."""
+    where = f"s3://{bucket}/{key}" if key else (f"s3://{bucket}" if bucket else "")
+    subject = f"{operation} {where}".strip()
+    if isinstance(exc, ClientError):
+        err = exc.response.get("Error", {}) or {}
+        code = str(err.get("Code") or "")
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        message = str(err.get("Message") or "")
+        cls, advice = _CODES.get(code) or _CODES.get(str(status) if status else "", (None, ""))  # type: ignore[arg-type]
+        if cls is None:
+            cls = e.TransientStoreError if isinstance(status, int) and status >= 500 else e.StoreError
+            advice = "server error" if cls is e.TransientStoreError else "S3 refused the request"
+        detail = f" ({message})" if message and message not in advice else ""
+        return cls(f"{subject} failed: {code or status}: {advice}{detail}", operation=operation, code=code or str(status), bucket=bucket, key=key)
+    if isinstance(exc, (EndpointConnectionError, ConnectTimeoutError)):
+        return e.EndpointUnreachableError(
+            f"{subject} failed: could not reach the endpoint {endpoint or '(default)'}: check --endpoint-url / "
+            "AWS_ENDPOINT_URL and the network",
+            operation=operation, code="EndpointUnreachable", bucket=bucket, key=key,
+        )
+    if isinstance(exc, (ReadTimeoutError, ConnectionClosedError, ResponseStreamingError, IncompleteReadError, Urllib3ProtocolError, ConnectionError)):
+        return e.TransientStoreError(
+            f"{subject} failed: the connection dropped ({type(exc).__name__})",
+            operation=operation, code="ConnectionError", bucket=bucket, key=key,
+        )
+    if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
+        return e.InvalidCredentialsError(
+            f"{subject} failed: no usable credentials found: set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile, "
+            "or pass S3Options(access_key_id=..., secret_access_key=...)",
+            operation=operation, code="NoCredentials", bucket=bucket, key=key,
+        )
+    if isinstance(exc, BotoCoreError):
+        return e.StoreError(f"{subject} failed: {exc}", operation=operation, code=type(exc).__name__, bucket=bucket, key=key)
+    return e.StoreError(f"{subject} failed: {type(exc).__name__}: {exc}", operation=operation, bucket=bucket, key=key)

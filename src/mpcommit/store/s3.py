@@ -1,0 +1,325 @@
+"""The one S3 boundary: every request mpcommit makes goes through :class:`S3Store`.
+
+Each public method is one S3 operation (or a paginated listing), called through ``_call``, which adds the
+security parameters (SSE, ExpectedBucketOwner), retries transient failures and translates errors. The
+store also counts requests per operation, so that tests and benchmarks can assert request sequences.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import boto3
+from botocore.config import Config
+
+from ..errors import ChecksumMismatchError, NoSuchKeyError, NoSuchUploadError, StoreError
+from ..options import S3Options
+from .errors import translate
+from .retry import call_with_retry
+
+# Operations that accept server-side encryption parameters on the write path.
+_SSE_OPERATIONS = {"create_multipart_upload", "put_object", "copy_object"}
+# Operations that do not accept ExpectedBucketOwner.
+_NO_OWNER_CHECK = {"list_buckets", "create_bucket"}
+DELETE_BATCH = 1000  # DeleteObjects takes at most 1,000 keys
+
+
+@dataclass(frozen=True)
+class UploadInfo:
+    key: str
+    upload_id: str
+    initiated: datetime | None
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    key: str
+    size: int
+    etag: str
+    last_modified: datetime | None
+
+
+@dataclass(frozen=True)
+class CompletedPart:
+    number: int
+    etag: str
+    crc32: str | None = None
+
+
+class S3Store:
+    """Typed S3 operations over one boto3 client. Thread-safe (boto3 clients are)."""
+
+    def __init__(self, options: S3Options, client: Any | None = None):
+        self.options = options
+        self._client = client or _make_client(options)
+        self._counts: Counter[str] = Counter()
+        self._count_lock = threading.Lock()
+
+    @property
+    def endpoint(self) -> str:
+        return str(self._client.meta.endpoint_url)
+
+    # ------------------------------------------------------------ accounting
+    def request_counts(self) -> dict[str, int]:
+        with self._count_lock:
+            return dict(self._counts)
+
+    def reset_counts(self) -> None:
+        with self._count_lock:
+            self._counts.clear()
+
+    # ------------------------------------------------------------ the funnel
+    def _call(self, operation: str, *, bucket: str = "", key: str = "", **params: Any) -> Any:
+        opts = self.options
+        if operation in _SSE_OPERATIONS and opts.sse:
+            params["ServerSideEncryption"] = opts.sse
+            if opts.sse_kms_key_id:
+                params["SSEKMSKeyId"] = opts.sse_kms_key_id
+        if opts.expected_bucket_owner and operation not in _NO_OWNER_CHECK:
+            params["ExpectedBucketOwner"] = opts.expected_bucket_owner
+        method: Callable[..., Any] = getattr(self._client, operation)
+
+        def attempt() -> Any:
+            with self._count_lock:
+                self._counts[operation] += 1
+            try:
+                return method(**params)
+            except Exception as exc:  # noqa: BLE001 - translated and chained below
+                raise translate(exc, operation=operation, bucket=bucket, key=key, endpoint=self.endpoint) from exc
+
+        where = f"s3://{bucket}/{key}" if key else f"s3://{bucket}"
+        return call_with_retry(attempt, policy=opts.retry, describe=f"{operation} {where}")
+
+    # ------------------------------------------------------------ multipart uploads
+    def create_multipart_upload(self, bucket: str, key: str, *, content_type: str | None = None) -> str:
+        params: dict[str, Any] = {"Bucket": bucket, "Key": key, "ChecksumAlgorithm": "CRC32"}
+        if content_type:
+            params["ContentType"] = content_type
+        response = self._call("create_multipart_upload", bucket=bucket, key=key, **params)
+        return str(response["UploadId"])
+
+    def upload_part(self, bucket: str, key: str, upload_id: str, number: int, body: bytes | memoryview, crc32: str) -> str:
+        """Upload one part with its CRC32; S3 verifies it, and the echoed value is checked here too."""
+        response = self._call(
+            "upload_part", bucket=bucket, key=key,
+            Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=bytes(body),
+            ChecksumAlgorithm="CRC32", ChecksumCRC32=crc32,
+        )
+        echoed = response.get("ChecksumCRC32")
+        if echoed and echoed != crc32:
+            raise ChecksumMismatchError(
+                f"part {number} of s3://{bucket}/{key}: S3 recorded CRC32 {echoed}, computed {crc32}",
+                operation="upload_part", code="ChecksumMismatch", bucket=bucket, key=key,
+            )
+        return str(response["ETag"])
+
+    def upload_part_copy(
+        self, bucket: str, key: str, upload_id: str, number: int, *,
+        source_key: str, source_etag: str, byte_range: tuple[int, int] | None = None, source_bucket: str | None = None,
+    ) -> str:
+        """Server-side copy of a source (or its inclusive byte range) into a part, pinned by the source's ETag."""
+        params: dict[str, Any] = {
+            "Bucket": bucket, "Key": key, "UploadId": upload_id, "PartNumber": number,
+            "CopySource": {"Bucket": source_bucket or bucket, "Key": source_key},
+            "CopySourceIfMatch": source_etag,
+        }
+        if byte_range is not None:
+            params["CopySourceRange"] = f"bytes={byte_range[0]}-{byte_range[1]}"
+        response = self._call("upload_part_copy", bucket=bucket, key=key, **params)
+        return str(response["CopyPartResult"]["ETag"])
+
+    def complete_multipart_upload(self, bucket: str, key: str, upload_id: str, parts: Sequence[CompletedPart]) -> str:
+        listed = []
+        for p in parts:
+            entry: dict[str, Any] = {"PartNumber": p.number, "ETag": p.etag}
+            if p.crc32:
+                entry["ChecksumCRC32"] = p.crc32
+            listed.append(entry)
+        response = self._call(
+            "complete_multipart_upload", bucket=bucket, key=key,
+            Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": listed},
+        )
+        return str(response.get("ETag", ""))
+
+    def abort_multipart_upload(self, bucket: str, key: str, upload_id: str) -> bool:
+        """Abort; False when the upload was no longer pending (another cleaner got there first)."""
+        try:
+            self._call("abort_multipart_upload", bucket=bucket, key=key, Bucket=bucket, Key=key, UploadId=upload_id)
+        except NoSuchUploadError:
+            return False
+        return True
+
+    def list_multipart_uploads(self, bucket: str, prefix: str = "") -> Iterator[UploadInfo]:
+        """Every pending upload under ``prefix``, across all pages (KeyMarker + UploadIdMarker)."""
+        params: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix}
+        while True:
+            page = self._call("list_multipart_uploads", bucket=bucket, key=prefix, **params)
+            for u in page.get("Uploads", []) or []:
+                yield UploadInfo(u["Key"], u["UploadId"], u.get("Initiated"))
+            if not page.get("IsTruncated"):
+                return
+            params["KeyMarker"] = page.get("NextKeyMarker", "")
+            params["UploadIdMarker"] = page.get("NextUploadIdMarker", "")
+
+    def list_parts(self, bucket: str, key: str, upload_id: str) -> Iterator[tuple[int, int, str]]:
+        """(part number, size, etag) of every part uploaded so far."""
+        params: dict[str, Any] = {"Bucket": bucket, "Key": key, "UploadId": upload_id}
+        while True:
+            page = self._call("list_parts", bucket=bucket, key=key, **params)
+            for p in page.get("Parts", []) or []:
+                yield int(p["PartNumber"]), int(p.get("Size", 0)), str(p.get("ETag", ""))
+            if not page.get("IsTruncated"):
+                return
+            params["PartNumberMarker"] = page["NextPartNumberMarker"]
+
+    # ------------------------------------------------------------ objects
+    def head_object(self, bucket: str, key: str) -> ObjectInfo | None:
+        try:
+            r = self._call("head_object", bucket=bucket, key=key, Bucket=bucket, Key=key)
+        except NoSuchKeyError:
+            return None
+        return ObjectInfo(key, int(r.get("ContentLength", 0)), str(r.get("ETag", "")), r.get("LastModified"))
+
+    def get_object(self, bucket: str, key: str, *, byte_range: tuple[int, int] | None = None, if_match: str | None = None) -> bytes:
+        params: dict[str, Any] = {"Bucket": bucket, "Key": key}
+        if byte_range is not None:
+            params["Range"] = f"bytes={byte_range[0]}-{byte_range[1]}"
+        if if_match:
+            params["IfMatch"] = if_match
+
+        def read() -> bytes:
+            r = self._call("get_object", bucket=bucket, key=key, **params)
+            try:
+                return bytes(r["Body"].read())
+            except Exception as exc:  # noqa: BLE001 - a body that breaks off mid-stream is transient
+                raise translate(exc, operation="get_object", bucket=bucket, key=key, endpoint=self.endpoint) from exc
+
+        # The body is streamed after the response arrives, so a dropped connection surfaces here, outside
+        # the retry of the request itself: retry the whole read.
+        return call_with_retry(read, policy=self.options.retry, describe=f"reading s3://{bucket}/{key}")
+
+    def put_object(self, bucket: str, key: str, body: bytes, *, if_none_match: bool = False, content_type: str = "application/json") -> str:
+        params: dict[str, Any] = {"Bucket": bucket, "Key": key, "Body": body, "ContentType": content_type}
+        if if_none_match:
+            params["IfNoneMatch"] = "*"
+        r = self._call("put_object", bucket=bucket, key=key, **params)
+        return str(r.get("ETag", ""))
+
+    def list_objects(self, bucket: str, prefix: str = "", *, start_after: str | None = None) -> Iterator[ObjectInfo]:
+        params: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix}
+        if start_after:
+            params["StartAfter"] = start_after
+        while True:
+            page = self._call("list_objects_v2", bucket=bucket, key=prefix, **params)
+            for o in page.get("Contents", []) or []:
+                yield ObjectInfo(o["Key"], int(o.get("Size", 0)), str(o.get("ETag", "")), o.get("LastModified"))
+            if not page.get("IsTruncated"):
+                return
+            params["ContinuationToken"] = page["NextContinuationToken"]
+
+    def list_children(self, bucket: str, prefix: str) -> Iterator[str]:
+        """Names directly below ``prefix`` (objects and "folders", the latter ending in '/')."""
+        params: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "Delimiter": "/"}
+        while True:
+            page = self._call("list_objects_v2", bucket=bucket, key=prefix, **params)
+            for cp in page.get("CommonPrefixes", []) or []:
+                yield cp["Prefix"][len(prefix):]
+            for o in page.get("Contents", []) or []:
+                yield o["Key"][len(prefix):]
+            if not page.get("IsTruncated"):
+                return
+            params["ContinuationToken"] = page["NextContinuationToken"]
+
+    def delete_objects(self, bucket: str, keys: Sequence[str]) -> int:
+        """Delete in batches of 1,000; raises StoreError naming the first key S3 refused."""
+        deleted = 0
+        for start in range(0, len(keys), DELETE_BATCH):
+            batch = keys[start : start + DELETE_BATCH]
+            r = self._call(
+                "delete_objects", bucket=bucket, key=batch[0],
+                Bucket=bucket, Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True},
+            )
+            failed = [x for x in r.get("Errors", []) or [] if x.get("Code") != "NoSuchKey"]
+            if failed:
+                first = failed[0]
+                raise StoreError(
+                    f"delete of s3://{bucket}/{first.get('Key')} failed: {first.get('Code')}: {first.get('Message')} "
+                    f"({len(failed)} of {len(batch)} keys in the batch failed)",
+                    operation="delete_objects", code=str(first.get("Code")), bucket=bucket, key=str(first.get("Key")),
+                )
+            deleted += len(batch)
+        return deleted
+
+    def copy_object(self, bucket: str, key: str, *, source_key: str, source_etag: str | None = None) -> str:
+        """Server-side copy of an object up to 5 GiB, pinned by the source's ETag when given."""
+        params: dict[str, Any] = {"Bucket": bucket, "Key": key, "CopySource": {"Bucket": bucket, "Key": source_key}}
+        if source_etag:
+            params["CopySourceIfMatch"] = source_etag
+        r = self._call("copy_object", bucket=bucket, key=key, **params)
+        return str(r.get("CopyObjectResult", {}).get("ETag", ""))
+
+    def delete_object(self, bucket: str, key: str, *, if_match: str | None = None) -> None:
+        params: dict[str, Any] = {"Bucket": bucket, "Key": key}
+        if if_match:
+            params["IfMatch"] = if_match
+        self._call("delete_object", bucket=bucket, key=key, **params)
+
+    # ------------------------------------------------------------ buckets
+    def head_bucket(self, bucket: str) -> None:
+        self._call("head_bucket", bucket=bucket, Bucket=bucket)
+
+    def get_lifecycle_rules(self, bucket: str) -> list[dict[str, Any]]:
+        try:
+            r = self._call("get_bucket_lifecycle_configuration", bucket=bucket, Bucket=bucket)
+        except StoreError as exc:
+            if exc.code in ("NoSuchLifecycleConfiguration",):
+                return []
+            raise
+        return list(r.get("Rules", []) or [])
+
+    def put_lifecycle_rules(self, bucket: str, rules: list[dict[str, Any]]) -> None:
+        self._call("put_bucket_lifecycle_configuration", bucket=bucket, Bucket=bucket, LifecycleConfiguration={"Rules": rules})
+
+
+# ---------------------------------------------------------------- clients, one per options per process
+_STORES: dict[tuple[int, S3Options], S3Store] = {}
+_STORES_LOCK = threading.Lock()
+
+
+def store_for(options: S3Options) -> S3Store:
+    """A shared store per (process, options): clients are thread-safe but must not cross a fork."""
+    cache_key = (os.getpid(), options)
+    with _STORES_LOCK:
+        store = _STORES.get(cache_key)
+        if store is None:
+            store = S3Store(options)
+            _STORES[cache_key] = store
+        return store
+
+
+def _make_client(options: S3Options) -> Any:
+    session = boto3.session.Session(
+        profile_name=options.profile,
+        aws_access_key_id=options.access_key_id,
+        aws_secret_access_key=options.secret_access_key,
+        aws_session_token=options.session_token,
+        region_name=options.region,
+    )
+    config = Config(
+        s3={"addressing_style": options.addressing_style},
+        # One retry boundary: ours (tenacity). botocore's own retries are off.
+        retries={"total_max_attempts": 1, "mode": "standard"},
+        max_pool_connections=options.max_pool_connections,
+        connect_timeout=options.connect_timeout,
+        read_timeout=options.read_timeout,
+        # We send our own CRC32 on parts; don't have botocore add checksums to every other request.
+        request_checksum_calculation="when_required",
+        response_checksum_validation="when_required",
+    )
+    return session.client("s3", endpoint_url=options.endpoint_url, config=config)
