@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import logging
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
+from . import faults
 from .errors import (
     CommitFailedError,
     CommitStateUnknownError,
@@ -34,10 +36,10 @@ from .errors import (
 )
 from .layout import Destination, JobPaths, is_hidden_key, job_id_of_key
 from .modes import CommitOutcome, PartitionOverwrite, WriteMode
-from .records.job import CommitJournal, JobDescriptor
+from .records.job import CommitJournal, DeleteEntry, JobDescriptor
 from .records.manifest import PendingUpload, StagedFile, TaskManifest, TaskResult, merge_rows
 from .records.success import SuccessData
-from .store.s3 import CompletedPart, S3Store
+from .store.s3 import DELETE_BATCH, CompletedPart, S3Store
 
 log = logging.getLogger(__name__)
 
@@ -101,10 +103,14 @@ class JobCommitter:
         self.paths = JobPaths(destination, job_id)
         self.threads = max(1, threads)
         self.progress = progress or _noop
+        self._completed = 0
+        self._completed_lock = threading.Lock()
 
     # ------------------------------------------------------------ commit
     def commit(self, descriptor: JobDescriptor, results: Sequence[TaskResult], *, ignored: bool = False,
-               extra_timings: dict[str, float] | None = None) -> CommitReport:
+               extra_timings: dict[str, float] | None = None, delete: Sequence[DeleteEntry] = ()) -> CommitReport:
+        """``delete`` names objects (pinned by ETag) to remove once every new file is complete: the sources
+        of a compaction."""
         t0 = time.monotonic()
         timings: dict[str, float] = dict(extra_timings or {})
         by_task = self._check_results(results)
@@ -135,6 +141,7 @@ class JobCommitter:
             winners=tuple(by_task[t].manifest_key for t in sorted(by_task)),
             replace=_replace_scope(descriptor.mode, descriptor.partition_overwrite, partitions),
             purpose=descriptor.purpose,
+            delete=tuple(delete),
         )
         try:
             self.store.put_object(self.destination.bucket, self.paths.journal, journal.to_bytes())
@@ -147,6 +154,7 @@ class JobCommitter:
                 job_id=self.job_id, destination=self.destination.uri,
             ) from exc
         self.progress("journal", 1, 1)
+        faults.checkpoint("commit.after_journal")
         inline = {r.manifest_key: r.manifest for r in by_task.values() if r.manifest is not None}
         try:
             return self.finish(journal, inline=inline, timings=timings, started=t0)
@@ -241,9 +249,11 @@ class JobCommitter:
             partitions=tuple(sorted(p for p in partitions if p)), timings={k: round(v, 4) for k, v in timings.items()},
             hostname=socket.gethostname(), purpose=journal.purpose,
         )
+        faults.checkpoint("commit.before_success")
         self.progress("success", 0, 1)
         self.store.put_object(self.destination.bucket, self.destination.success_key, success.to_bytes())
         self.progress("success", 1, 1)
+        faults.checkpoint("commit.after_success")
         timings["success"] = time.monotonic() - t
 
         t = time.monotonic()
@@ -261,6 +271,10 @@ class JobCommitter:
             self._move_staged(item)
         else:
             self._complete(item)
+        with self._completed_lock:
+            self._completed += 1
+            n = self._completed
+        faults.checkpoint("commit.after_complete", n)
         return item
 
     def _complete(self, upload: PendingUpload) -> None:
@@ -313,7 +327,10 @@ class JobCommitter:
             if info is not None and info.etag == entry.etag:
                 doomed.append(entry.key)
         self.progress("replace", 0, len(doomed))
-        deleted = self.store.delete_objects(bucket, doomed) if doomed else 0
+        deleted = 0
+        for batch_no, start in enumerate(range(0, len(doomed), DELETE_BATCH), 1):
+            faults.checkpoint("commit.before_delete_batch", batch_no)
+            deleted += self.store.delete_objects(bucket, doomed[start : start + DELETE_BATCH])
         self.progress("replace", deleted, len(doomed))
         return deleted
 
@@ -354,6 +371,7 @@ class JobCommitter:
         if journal_first and self.paths.journal in keys:
             self.store.delete_objects(bucket, [self.paths.journal])
             keys.remove(self.paths.journal)
+            faults.checkpoint("commit.during_cleanup")
         return self.store.delete_objects(bucket, keys) if keys else 0
 
     def _read_manifest(self, key: str) -> TaskManifest:

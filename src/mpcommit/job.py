@@ -20,7 +20,7 @@ from .errors import DestinationExistsError, JobStateError
 from .layout import HIDDEN_ROOT, Destination, JobPaths, check_job_id, new_job_id, parse_uri
 from .modes import PartitionOverwrite, WriteMode
 from .options import S3Options, WriterSettings
-from .records.job import JobDescriptor
+from .records.job import DeleteEntry, JobDescriptor
 from .records.manifest import TaskResult
 from .store.s3 import S3Store, store_for
 from .task import JobSpec
@@ -115,13 +115,15 @@ class Job:
         spec = JobSpec(job_id=job_id, destination=destination, s3=options)
         return cls(spec, descriptor, store=store, commit_threads=commit_threads)
 
-    def commit(self, results: Sequence[TaskResult], *, extra_timings: dict[str, float] | None = None) -> CommitReport:
+    def commit(self, results: Sequence[TaskResult], *, extra_timings: dict[str, float] | None = None,
+               delete: Sequence[DeleteEntry] = ()) -> CommitReport:
         """Complete exactly the given attempts (one per task id), abort every other upload of the job, apply
         the mode, write ``_SUCCESS`` and remove the job's records."""
         self._enter("commit")
         timings = {"write": time.monotonic() - self.created_at}
         timings.update(extra_timings or {})
-        return self._committer.commit(self.descriptor, list(results), ignored=self.ignored, extra_timings=timings)
+        return self._committer.commit(self.descriptor, list(results), ignored=self.ignored, extra_timings=timings,
+                                      delete=delete)
 
     def abort(self, *, force: bool = False) -> AbortReport:
         """Abort every upload of this job and remove its records; nothing of it is visible afterwards."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
+from . import faults
 from .errors import JobStateError, ProtocolError, UsageError
 from .layout import Destination, JobPaths, data_file_name, normalize_partition
 from .options import S3Options, WriterSettings
@@ -136,6 +137,7 @@ class TaskAttempt:
     def commit(self) -> TaskResult:
         """Record every pending upload in this attempt's manifest and return the small result for the driver."""
         self._check_writable()
+        faults.checkpoint("task.before_commit")
         with self._lock:
             still_open = [w.key for w in self._open]
         if still_open:
@@ -161,6 +163,7 @@ class TaskAttempt:
             partitions=tuple(sorted({u.partition for u in uploads} | {s.partition for s in staged})),
         )
         self._close_pool()
+        faults.checkpoint("task.after_commit")
         return self._result
 
     def abort(self) -> None:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Any
 
+from . import faults
 from .errors import ProtocolError, UsageError
 from .options import WriterSettings
 from .records.manifest import Part, PendingUpload
@@ -66,6 +67,7 @@ class MultipartWriter(io.BufferedIOBase):
         # From here on the upload exists and is billed until completed or aborted: every path below that
         # fails must abort it.
         self.upload_id = store.create_multipart_upload(bucket, key, content_type=content_type)
+        faults.checkpoint("writer.created")
 
     # ------------------------------------------------------------ file object protocol
     def writable(self) -> bool:
@@ -126,6 +128,7 @@ class MultipartWriter(io.BufferedIOBase):
     def _upload_part(self, number: int, body: bytes) -> Part:
         crc = crc32_b64(body)
         etag = self._store.upload_part(self.bucket, self.key, self.upload_id, number, body, crc)
+        faults.checkpoint("writer.part_uploaded", number)
         return Part(number=number, etag=etag, size=len(body), crc32=crc)
 
     def _raise_failed_part(self) -> None:
