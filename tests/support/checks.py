@@ -1,0 +1,107 @@
+"""An independent checker for invariant tests: what a reader of the bucket would see.
+
+It uses nothing from mpcommit, only a raw boto3 S3 client, so that a bug in the library's own listing or
+manifest code cannot hide a bug in what it left in the bucket.
+
+Prefixes are directories: ``"table"`` means ``"table/"`` (so ``table2/...`` is not included); ``""`` is the whole
+bucket. Pass ``exact_prefix=True`` to use a prefix as it is (e.g. a key prefix such as ``"table/part-00001"``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "all_keys",
+    "is_hidden",
+    "pending_upload_entries",
+    "pending_uploads",
+    "read_object",
+    "visible_keys",
+]
+
+
+def _norm(prefix: str, exact_prefix: bool) -> str:
+    if exact_prefix or not prefix or prefix.endswith("/"):
+        return prefix
+    return prefix + "/"
+
+
+def is_hidden(relative_key: str) -> bool:
+    """True when any path segment starts with ``_`` or ``.`` (what Spark, Hive and pyarrow readers skip)."""
+    return any(segment.startswith(("_", ".")) for segment in relative_key.split("/"))
+
+
+def all_keys(client: Any, bucket: str, prefix: str = "", *, exact_prefix: bool = False) -> set[str]:
+    """Every object key under ``prefix``, hidden or not (keys relative to the bucket)."""
+    prefix = _norm(prefix, exact_prefix)
+    keys: set[str] = set()
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        keys.update(obj["Key"] for obj in page.get("Contents", ()))
+    return keys
+
+
+def visible_keys(client: Any, bucket: str, prefix: str = "", *, exact_prefix: bool = False) -> set[str]:
+    """Object keys under ``prefix`` that a reader of the table at ``prefix`` sees: those with no path segment
+    below the prefix starting with ``_`` or ``.`` (so ``_SUCCESS`` and ``_temporary/...`` are excluded).
+    Directory markers (keys ending in ``/``) count as visible."""
+    prefix = _norm(prefix, exact_prefix)
+    return {key for key in all_keys(client, bucket, prefix, exact_prefix=True) if not is_hidden(key[len(prefix):])}
+
+
+def pending_upload_entries(
+    client: Any,
+    bucket: str,
+    prefix: str = "",
+    *,
+    exact_prefix: bool = False,
+    page_size: int | None = None,
+) -> list[dict[str, Any]]:
+    """The raw ``Uploads`` entries (``Key``, ``UploadId``, ``Initiated``, ...) of every multipart upload in progress
+    under ``prefix``, following ``KeyMarker``/``UploadIdMarker`` across pages. ``page_size`` sets ``MaxUploads``
+    (LocalStack and S3 honour it; moto ignores it and never paginates)."""
+    prefix = _norm(prefix, exact_prefix)
+    entries: list[dict[str, Any]] = []
+    kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix}
+    if page_size is not None:
+        kwargs["MaxUploads"] = page_size
+    seen_markers: set[tuple[str, str]] = set()
+    while True:
+        page = client.list_multipart_uploads(**kwargs)
+        entries.extend(page.get("Uploads", ()))
+        if not page.get("IsTruncated"):
+            return entries
+        key_marker = page.get("NextKeyMarker") or ""
+        upload_id_marker = page.get("NextUploadIdMarker") or ""
+        if not key_marker and not upload_id_marker:
+            # Truncated but no markers: continue after the last entry, as S3 clients do.
+            last = entries[-1]
+            key_marker, upload_id_marker = last["Key"], last["UploadId"]
+        if (key_marker, upload_id_marker) in seen_markers:
+            raise AssertionError(f"ListMultipartUploads pagination loops at {(key_marker, upload_id_marker)!r}")
+        seen_markers.add((key_marker, upload_id_marker))
+        kwargs["KeyMarker"] = key_marker
+        if upload_id_marker:
+            kwargs["UploadIdMarker"] = upload_id_marker
+        else:
+            kwargs.pop("UploadIdMarker", None)
+
+
+def pending_uploads(
+    client: Any,
+    bucket: str,
+    prefix: str = "",
+    *,
+    exact_prefix: bool = False,
+    page_size: int | None = None,
+) -> list[tuple[str, str]]:
+    """``(key, upload_id)`` of every multipart upload in progress under ``prefix``, over all pages."""
+    entries = pending_upload_entries(client, bucket, prefix, exact_prefix=exact_prefix, page_size=page_size)
+    return [(entry["Key"], entry["UploadId"]) for entry in entries]
+
+
+def read_object(client: Any, bucket: str, key: str) -> bytes:
+    """The whole body of ``key``."""
+    response = client.get_object(Bucket=bucket, Key=key)
+    with response["Body"] as body:
+        return body.read()
