@@ -154,9 +154,9 @@ class JobCommitter:
                 job_id=self.job_id, destination=self.destination.uri,
             ) from exc
         self.progress("journal", 1, 1)
-        faults.checkpoint("commit.after_journal")
         inline = {r.manifest_key: r.manifest for r in by_task.values() if r.manifest is not None}
         try:
+            faults.checkpoint("commit.after_journal")
             return self.finish(journal, inline=inline, timings=timings, started=t0)
         except CommitStateUnknownError:
             raise

@@ -1,0 +1,289 @@
+"""The commit protocol against real servers (moto and LocalStack), checked with an independent client.
+
+Each test writes through mpcommit and then looks only at what a reader of the bucket sees: visible keys,
+their bytes, and the multipart uploads still pending.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from mpcommit import Job, faults
+from mpcommit.errors import (
+    CommitStateUnknownError,
+    DestinationExistsError,
+    DuplicateTaskResultError,
+    JobStateError,
+    ManifestError,
+)
+from mpcommit.modes import CommitOutcome
+from mpcommit.options import WriterSettings
+from mpcommit.recovery import list_jobs, recover
+from mpcommit.sizing import MiB
+from tests.support.checks import pending_uploads, read_object, visible_keys
+
+SMALL_PARTS = WriterSettings(initial_part_size=5 * MiB, max_parts_in_flight=2, upload_threads=2)
+
+
+def write_task(job, task_id, attempt, files, *, commit=True):
+    """Write ``files`` ({partition: bytes}) as one task attempt; return its result (or None)."""
+    with job.spec.task(task_id, attempt) as task:
+        for partition, data in files.items():
+            with task.create(partition=partition, ext="txt") as out:
+                out.write(data)
+                out.rows = data.count(b"\n")
+        return task.commit() if commit else _leave_uncommitted(task)
+
+
+def _leave_uncommitted(task):
+    # A crashed attempt: its uploads stay pending and no manifest is written. Detach them from the
+    # attempt so that leaving the `with` block does not abort them (a killed process would not).
+    task._uploads.clear()
+    return None
+
+
+def contents(backend, bucket, prefix):
+    return {k: read_object(backend.client, bucket, k) for k in visible_keys(backend.client, bucket, prefix)}
+
+
+def test_nothing_is_visible_after_task_commit(backend, bucket):
+    job = Job.create(f"s3://{bucket}/t", s3=backend.options)
+    write_task(job, 0, 0, {"dt=1": b"a\n"})
+    assert visible_keys(backend.client, bucket, "t") == set()
+    assert len(pending_uploads(backend.client, bucket, "t")) == 1
+
+
+def test_exact_content_after_job_commit(backend, bucket):
+    job = Job.create(f"s3://{bucket}/t", s3=backend.options, writer=SMALL_PARTS)
+    big = bytes(range(256)) * (48 * 1024)  # 12 MiB: three parts at 5 MiB
+    refs = [
+        write_task(job, 0, 0, {"dt=1": b"one\n", "dt=2": b"two\n"}),
+        write_task(job, 1, 0, {"dt=1": big}),
+        write_task(job, 2, 0, {"": b""}),  # a zero-byte file
+    ]
+    report = job.commit(refs)
+    assert report.outcome is CommitOutcome.COMMITTED
+    seen = contents(backend, bucket, "t")
+    assert sorted(seen.values()) == sorted([b"one\n", b"two\n", big, b""])
+    assert all(job.job_id in k for k in seen)
+    assert set(report.filenames) == set(seen)
+    assert report.bytes == sum(map(len, seen.values()))
+    assert report.partitions == ("dt=1", "dt=2")
+    assert pending_uploads(backend.client, bucket, "t") == []
+    # The hidden prefix is gone; _SUCCESS names exactly the committed files.
+    from mpcommit.records.success import SuccessData
+
+    success = SuccessData.from_bytes(read_object(backend.client, bucket, "t/_SUCCESS"), where="test")
+    assert success.job_id == job.job_id and set(success.filenames) == set(seen)
+    assert not any(k.startswith("t/_temporary/") for k in _all(backend, bucket, "t"))
+
+
+def _all(backend, bucket, prefix):
+    from tests.support.checks import all_keys
+
+    return all_keys(backend.client, bucket, prefix)
+
+
+def test_two_committed_attempts_of_one_task_only_the_chosen_one_is_visible(backend, bucket):
+    job = Job.create(f"s3://{bucket}/t", s3=backend.options)
+    first = write_task(job, 0, 0, {"dt=1": b"attempt zero\n"})
+    second = write_task(job, 0, 1, {"dt=1": b"attempt one\n"})
+    report = job.commit([second])
+    assert list(contents(backend, bucket, "t").values()) == [b"attempt one\n"]
+    assert report.aborted_uploads >= 1
+    assert pending_uploads(backend.client, bucket, "t") == []
+    assert first.manifest_key != second.manifest_key
+
+
+def test_an_attempt_that_wrote_but_never_committed_is_aborted(backend, bucket):
+    job = Job.create(f"s3://{bucket}/t", s3=backend.options)
+    write_task(job, 0, 0, {"dt=1": b"crashed\n"}, commit=False)
+    winner = write_task(job, 0, 1, {"dt=1": b"retried\n"})
+    assert len(pending_uploads(backend.client, bucket, "t")) == 2
+    job.commit([winner])
+    assert list(contents(backend, bucket, "t").values()) == [b"retried\n"]
+    assert pending_uploads(backend.client, bucket, "t") == []
+
+
+def test_an_exception_inside_the_task_aborts_its_uploads(backend, bucket):
+    job = Job.create(f"s3://{bucket}/t", s3=backend.options)
+    with pytest.raises(RuntimeError, match="boom"):
+        with job.spec.task(0, 0) as task:
+            with task.create(partition="dt=1", ext="txt") as out:
+                out.write(b"partial")
+            with task.create(partition="dt=2", ext="txt") as out:
+                out.write(b"partial")
+                raise RuntimeError("boom")
+    assert pending_uploads(backend.client, bucket, "t") == []
+
+
+def test_abort_with_work_leaves_nothing(backend, bucket):
+    job = Job.create(f"s3://{bucket}/t", s3=backend.options)
+    write_task(job, 0, 0, {"dt=1": b"x\n"})
+    write_task(job, 1, 0, {"dt=1": b"y\n"}, commit=False)
+    report = job.abort()
+    assert report.aborted_uploads == 2
+    assert _all(backend, bucket, "t") == set()
+    assert pending_uploads(backend.client, bucket, "t") == []
+
+
+def test_abort_without_work_and_double_abort(backend, bucket):
+    job = Job.create(f"s3://{bucket}/t", s3=backend.options)
+    assert job.abort().aborted_uploads == 0
+    again = Job.open(f"s3://{bucket}/t", job.job_id, s3=backend.options) if _all(backend, bucket, "t") else None
+    assert again is None  # the first abort removed the job's records
+    assert job.abort().aborted_uploads == 0  # aborting again is harmless
+    assert _all(backend, bucket, "t") == set()
+
+
+def test_commit_after_abort_is_refused(backend, bucket):
+    job = Job.create(f"s3://{bucket}/t", s3=backend.options)
+    ref = write_task(job, 0, 0, {"": b"x"})
+    job.abort()
+    with pytest.raises(JobStateError):
+        job.commit([ref])
+    assert visible_keys(backend.client, bucket, "t") == set()
+
+
+def test_a_result_passed_twice_for_one_task_is_refused_and_nothing_happens(backend, bucket):
+    job = Job.create(f"s3://{bucket}/t", s3=backend.options)
+    a = write_task(job, 0, 0, {"": b"a"})
+    b = write_task(job, 0, 1, {"": b"b"})
+    with pytest.raises(DuplicateTaskResultError, match="task 0"):
+        job.commit([a, b])
+    assert visible_keys(backend.client, bucket, "t") == set()
+    assert len(pending_uploads(backend.client, bucket, "t")) == 2  # nothing aborted either
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_commit_failing_midway_then_recover_equals_an_uninterrupted_commit(backend, bucket, k):
+    job = Job.create(f"s3://{bucket}/t", s3=backend.options, commit_threads=1)
+    refs = [write_task(job, t, 0, {f"dt={t % 2}": f"task {t}\n".encode()}) for t in range(5)]
+    write_task(job, 0, 1, {"dt=0": b"loser\n"})
+    with faults.installed(faults.fail_at("commit.after_complete", k)):
+        with pytest.raises(CommitStateUnknownError, match="recover"):
+            job.commit(refs)
+    assert [s.state.value for s in list_jobs(job.store, job.destination)] == ["committing"]
+    actions = recover(job.destination, store=job.store)
+    assert [a.action for a in actions] == ["finished"]
+    assert sorted(contents(backend, bucket, "t").values()) == sorted(f"task {t}\n".encode() for t in range(5))
+    assert pending_uploads(backend.client, bucket, "t") == []
+    assert not any("_temporary" in k for k in _all(backend, bucket, "t"))
+
+
+def _seed(backend, bucket, prefix, files):
+    for key, data in files.items():
+        backend.client.put_object(Bucket=bucket, Key=f"{prefix}/{key}", Body=data)
+
+
+def test_overwrite_replaces_everything_only_after_the_new_files_are_complete(backend, bucket):
+    _seed(backend, bucket, "t", {"dt=1/old.txt": b"old1", "dt=2/old.txt": b"old2"})
+    job = Job.create(f"s3://{bucket}/t", mode="overwrite", s3=backend.options)
+    ref = write_task(job, 0, 0, {"dt=1": b"new1"})
+    with faults.installed(faults.fail_at("commit.before_delete_batch", 1)):
+        with pytest.raises(CommitStateUnknownError):
+            job.commit([ref])
+    # I5: the old data is still whole when the commit fails before deleting it.
+    seen = contents(backend, bucket, "t")
+    assert {b"old1", b"old2", b"new1"} == set(seen.values())
+    recover(job.destination, store=job.store)
+    assert set(contents(backend, bucket, "t").values()) == {b"new1"}
+
+
+def test_dynamic_overwrite_replaces_only_the_partitions_written(backend, bucket):
+    _seed(backend, bucket, "t", {"dt=1/old.txt": b"old1", "dt=2/old.txt": b"old2"})
+    job = Job.create(f"s3://{bucket}/t", mode="overwrite", partition_overwrite="dynamic", s3=backend.options)
+    report = job.commit([write_task(job, 0, 0, {"dt=1": b"new1", "dt=3": b"new3"})])
+    assert report.deleted_objects == 1
+    seen = contents(backend, bucket, "t")
+    assert {k.split("/")[1]: v for k, v in seen.items()} == {"dt=1": b"new1", "dt=2": b"old2", "dt=3": b"new3"}
+
+
+def test_dynamic_overwrite_failing_before_deletes_keeps_old_partition_whole(backend, bucket):
+    _seed(backend, bucket, "t", {"dt=1/old.txt": b"old1"})
+    job = Job.create(f"s3://{bucket}/t", mode="overwrite", partition_overwrite="dynamic", s3=backend.options)
+    ref = write_task(job, 0, 0, {"dt=1": b"new1"})
+    with faults.installed(faults.fail_at("commit.after_journal")):
+        with pytest.raises(CommitStateUnknownError):
+            job.commit([ref])
+    assert read_object(backend.client, bucket, "t/dt=1/old.txt") == b"old1"
+    recover(job.destination, store=job.store)
+    assert set(contents(backend, bucket, "t").values()) == {b"new1"}
+
+
+def test_error_mode_refuses_existing_destination_before_any_upload(backend, bucket):
+    _seed(backend, bucket, "t", {"x.txt": b"x"})
+    with pytest.raises(DestinationExistsError, match="already holds data"):
+        Job.create(f"s3://{bucket}/t", mode="error", s3=backend.options)
+    assert _all(backend, bucket, "t") == {"t/x.txt"}
+    Job.create(f"s3://{bucket}/fresh", mode="errorifexists", s3=backend.options).abort()
+
+
+def test_ignore_mode_on_existing_destination_commits_nothing(backend, bucket):
+    _seed(backend, bucket, "t", {"x.txt": b"x"})
+    job = Job.create(f"s3://{bucket}/t", mode="ignore", s3=backend.options)
+    assert job.ignored
+    report = job.commit([write_task(job, 0, 0, {"": b"new"})])
+    assert report.ignored and report.outcome is CommitOutcome.NOT_COMMITTED
+    assert _all(backend, bucket, "t") == {"t/x.txt"}
+    assert pending_uploads(backend.client, bucket, "t") == []
+
+
+def test_two_jobs_on_one_destination_do_not_touch_each_others_uploads(backend, bucket):
+    a = Job.create(f"s3://{bucket}/t", s3=backend.options)
+    b = Job.create(f"s3://{bucket}/t", s3=backend.options)
+    ra = write_task(a, 0, 0, {"dt=1": b"a\n"})
+    write_task(b, 0, 0, {"dt=1": b"b\n"})
+    a.commit([ra])
+    still = pending_uploads(backend.client, bucket, "t")
+    assert len(still) == 1 and b.job_id in still[0][0]
+    b.abort()
+    assert list(contents(backend, bucket, "t").values()) == [b"a\n"]
+
+
+def test_sibling_prefixes_are_independent(backend, bucket):
+    one = Job.create(f"s3://{bucket}/data1", s3=backend.options)
+    ten = Job.create(f"s3://{bucket}/data10", mode="overwrite", s3=backend.options)
+    r10 = write_task(ten, 0, 0, {"": b"ten"})
+    r1 = write_task(one, 0, 0, {"": b"one"})
+    one.commit([r1])  # must not abort data10's pending upload
+    assert len(pending_uploads(backend.client, bucket, "data10")) == 1
+    ten.commit([r10])  # static overwrite of data10 must not delete data1's file
+    assert list(contents(backend, bucket, "data1").values()) == [b"one"]
+    assert list(contents(backend, bucket, "data10").values()) == [b"ten"]
+
+
+def test_a_manifest_from_another_job_is_refused(backend, bucket):
+    a = Job.create(f"s3://{bucket}/t", s3=backend.options)
+    b = Job.create(f"s3://{bucket}/t", s3=backend.options)
+    ref_b = write_task(b, 0, 0, {"": b"b"})
+    with pytest.raises(ManifestError, match="job"):
+        a.commit([ref_b])
+    assert visible_keys(backend.client, bucket, "t") == set()
+
+
+def test_a_tampered_manifest_is_refused_before_anything_is_completed(backend, bucket):
+    import dataclasses
+
+    job = Job.create(f"s3://{bucket}/t", s3=backend.options)
+    ref = write_task(job, 0, 0, {"": b"x"})
+    upload = ref.manifest.uploads[0]
+    evil = dataclasses.replace(upload, key=f"other/part-00000-{job.job_id}.c000.txt")
+    bad = dataclasses.replace(ref, manifest=dataclasses.replace(ref.manifest, uploads=(evil,)))
+    with pytest.raises(ManifestError, match="outside"):
+        job.commit([bad])
+    assert visible_keys(backend.client, bucket, "") == set()
+    assert len(pending_uploads(backend.client, bucket, "t")) == 1
+
+
+def test_committing_n_files_costs_n_completes_and_a_bounded_number_of_other_calls(backend, bucket):
+    job = Job.create(f"s3://{bucket}/t", s3=backend.options)
+    n = 40
+    refs = [write_task(job, t, 0, {"": b"%d" % t}) for t in range(n)]
+    job.store.reset_counts()
+    job.commit(refs)
+    counts = job.store.request_counts()
+    assert counts.pop("complete_multipart_upload") == n
+    # journal + _SUCCESS puts, journal head, task listing, upload listing, cleanup listing and deletes.
+    assert sum(counts.values()) <= 10, counts
+    assert "get_object" not in counts  # inline manifests: no manifest is re-read
