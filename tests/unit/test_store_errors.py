@@ -1,0 +1,116 @@
+"""The S3 boundary: error translation and the retry policy, over a scripted fake client."""
+
+import pytest
+from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
+
+from mpcommit import errors as e
+from mpcommit.options import RetryPolicy, S3Options
+from mpcommit.store.s3 import S3Store
+
+
+class Meta:
+    endpoint_url = "http://127.0.0.1:1"
+
+
+class ScriptedClient:
+    """Each call pops the next outcome: an exception to raise or a response to return."""
+
+    meta = Meta()
+
+    def __init__(self, outcomes):
+        self.outcomes = list(outcomes)
+        self.calls = []
+
+    def __getattr__(self, name):
+        def call(**params):
+            self.calls.append((name, params))
+            outcome = self.outcomes.pop(0)
+            if isinstance(outcome, BaseException):
+                raise outcome
+            return outcome
+
+        return call
+
+
+def client_error(code, status=400, message="msg"):
+    return ClientError({"Error": {"Code": code, "Message": message}, "ResponseMetadata": {"HTTPStatusCode": status}}, "Op")
+
+
+FAST = S3Options(retry=RetryPolicy(max_attempts=3, initial_delay=0.0, max_delay=0.0))
+
+
+def store(outcomes, options=FAST):
+    return S3Store(options, client=ScriptedClient(outcomes))
+
+
+@pytest.mark.parametrize(
+    "code,status,cls",
+    [
+        ("NoSuchBucket", 404, e.NoSuchBucketError),
+        ("AccessDenied", 403, e.AccessDeniedError),
+        ("InvalidAccessKeyId", 403, e.InvalidCredentialsError),
+        ("SignatureDoesNotMatch", 403, e.InvalidCredentialsError),
+        ("PreconditionFailed", 412, e.PreconditionFailedError),
+        ("EntityTooSmall", 400, e.InvalidPartError),
+        ("BadDigest", 400, e.ChecksumMismatchError),
+        ("NoSuchUpload", 404, e.NoSuchUploadError),
+        ("WeirdNewCode", 400, e.StoreError),
+    ],
+)
+def test_permanent_errors_map_to_distinct_classes_and_are_not_retried(code, status, cls):
+    s = store([client_error(code, status)])
+    with pytest.raises(cls) as info:
+        s.put_object("bkt", "k", b"x")
+    assert type(info.value) is cls
+    assert isinstance(info.value.__cause__, ClientError)
+    assert info.value.code == code and "s3://bkt/k" in str(info.value)
+    assert s.request_counts() == {"put_object": 1}
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        client_error("SlowDown", 503),
+        client_error("InternalError", 500),
+        client_error("RequestTimeout", 400),
+        client_error("", 502),
+        ReadTimeoutError(endpoint_url="http://x"),
+        EndpointConnectionError(endpoint_url="http://x"),
+    ],
+)
+def test_transient_failures_are_retried_then_succeed(failure):
+    s = store([failure, failure, {"ETag": '"ok"'}])
+    assert s.put_object("bkt", "k", b"x") == '"ok"'
+    assert s.request_counts() == {"put_object": 3}
+
+
+def test_retries_run_out_with_a_clear_error_chaining_the_last_failure():
+    s = store([client_error("SlowDown", 503)] * 3)
+    with pytest.raises(e.RetriesExhaustedError, match="after 3 attempts") as info:
+        s.put_object("bkt", "k", b"x")
+    assert isinstance(info.value.__cause__, e.ThrottledError)
+
+
+def test_abort_of_a_vanished_upload_is_not_an_error():
+    s = store([client_error("NoSuchUpload", 404)])
+    assert s.abort_multipart_upload("bkt", "k", "u") is False
+
+
+def test_security_parameters_go_on_every_request_that_accepts_them():
+    opts = S3Options(sse="aws:kms", sse_kms_key_id="key-1", expected_bucket_owner="111122223333", retry=FAST.retry)
+    client = ScriptedClient([{"UploadId": "u"}, {"ETag": '"e"'}, {}])
+    s = S3Store(opts, client=client)
+    s.create_multipart_upload("bkt", "k")
+    s.put_object("bkt", "k2", b"x")
+    s.head_bucket("bkt")
+    (_, create), (_, put), (_, head) = client.calls
+    for params in (create, put):
+        assert params["ServerSideEncryption"] == "aws:kms" and params["SSEKMSKeyId"] == "key-1"
+    assert all(p["ExpectedBucketOwner"] == "111122223333" for p in (create, put, head))
+    assert "ServerSideEncryption" not in head
+
+
+def test_secrets_stay_out_of_repr():
+    opts = S3Options(access_key_id="AKIAEXAMPLEKEY", secret_access_key="s3cr3t-value", session_token="tok-123")
+    text = repr(opts)
+    assert "AKIAEXAMPLEKEY" not in text and "s3cr3t-value" not in text and "tok-123" not in text
