@@ -287,3 +287,22 @@ def test_committing_n_files_costs_n_completes_and_a_bounded_number_of_other_call
     # journal + _SUCCESS puts, journal head, task listing, upload listing, cleanup listing and deletes.
     assert sum(counts.values()) <= 10, counts
     assert "get_object" not in counts  # inline manifests: no manifest is re-read
+
+
+def test_a_missing_bucket_is_a_clear_error_before_anything_is_written(backend):
+    from mpcommit.errors import NoSuchBucketError
+
+    with pytest.raises(NoSuchBucketError, match="does not exist"):
+        Job.create("s3://mpc-no-such-bucket-xyz/t", s3=backend.options)
+
+
+def test_an_unreachable_endpoint_says_so_after_bounded_retries():
+    import dataclasses
+
+    from mpcommit.errors import RetriesExhaustedError
+    from mpcommit.options import RetryPolicy, S3Options
+
+    options = S3Options(endpoint_url="http://127.0.0.1:9", region="us-east-1", access_key_id="a",
+                        secret_access_key="b", retry=RetryPolicy(max_attempts=2, initial_delay=0.01, max_delay=0.02))
+    with pytest.raises(RetriesExhaustedError, match="could not reach the endpoint http://127.0.0.1:9"):
+        Job.create("s3://bkt/t", s3=options)

@@ -18,7 +18,7 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
-from ..errors import ChecksumMismatchError, NoSuchKeyError, NoSuchUploadError, StoreError
+from ..errors import ChecksumMismatchError, NoSuchBucketError, NoSuchKeyError, NoSuchUploadError, StoreError
 from ..options import S3Options
 from .errors import translate
 from .retry import call_with_retry
@@ -272,7 +272,15 @@ class S3Store:
 
     # ------------------------------------------------------------ buckets
     def head_bucket(self, bucket: str) -> None:
-        self._call("head_bucket", bucket=bucket, Bucket=bucket)
+        """Check that the bucket exists and is reachable with these credentials."""
+        try:
+            self._call("head_bucket", bucket=bucket, Bucket=bucket)
+        except NoSuchKeyError as exc:
+            # HEAD responses carry no error code; a 404 on a bucket means the bucket is missing.
+            raise NoSuchBucketError(
+                f"bucket {bucket!r} does not exist: create it, or check the URI and the endpoint "
+                f"({self.endpoint})", operation="head_bucket", code="NoSuchBucket", bucket=bucket,
+            ) from exc
 
     def get_lifecycle_rules(self, bucket: str) -> list[dict[str, Any]]:
         try:
