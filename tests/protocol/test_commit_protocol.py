@@ -297,8 +297,6 @@ def test_a_missing_bucket_is_a_clear_error_before_anything_is_written(backend):
 
 
 def test_an_unreachable_endpoint_says_so_after_bounded_retries():
-    import dataclasses
-
     from mpcommit.errors import RetriesExhaustedError
     from mpcommit.options import RetryPolicy, S3Options
 
