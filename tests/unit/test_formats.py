@@ -1,0 +1,276 @@
+"""File formats: Arrow batches in, bytes out that independent readers (pyarrow, gzip, json) read back. No server."""
+
+from __future__ import annotations
+
+import base64
+import bz2
+import datetime as dt
+import decimal
+import gzip
+import io
+import json
+import pickle
+
+import pyarrow as pa
+import pyarrow.csv as pcsv
+import pyarrow.json as pjson
+import pyarrow.parquet as pq
+import pytest
+from mpcommit.errors import UsageError
+from mpcommit.formats import CsvFormat, JsonFormat, ParquetFormat, TextFormat, make_format
+
+UTC = dt.timezone.utc
+
+
+class Sink(io.RawIOBase):
+    """A binary file object standing in for the multipart writer: records bytes and whether it was closed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.data = bytearray()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b) -> int:  # noqa: ANN001
+        self.data += bytes(b)
+        return len(b)
+
+    def tell(self) -> int:
+        return len(self.data)
+
+
+def write_file(fmt, batches, schema=None) -> tuple[bytes, int]:  # noqa: ANN001
+    sink = Sink()
+    schema = schema or batches[0].schema
+    fmt.check_schema(schema)
+    writer = fmt.open(sink, schema)
+    for b in batches:
+        writer.write(b)
+    writer.close()
+    assert not sink.closed, "a format writer must leave the multipart writer open: closing it is the caller's"
+    return bytes(sink.data), writer.rows
+
+
+def sample_batch() -> pa.RecordBatch:
+    return pa.record_batch({
+        "id": pa.array([1, 2, 3, None], pa.int64()),
+        "name": ["plain", "comma, \"quoted\"\nnewline", "", None],
+        "uni": ["grüße", "日本", "emoji 🙂", None],
+        "ts": pa.array([dt.datetime(2024, 6, 15, 10, 30, tzinfo=UTC), dt.datetime(2024, 6, 14, 0, 0, 0, 123000, tzinfo=UTC),
+                        None, dt.datetime(1999, 12, 31, 23, 59, 59, tzinfo=UTC)], pa.timestamp("us", tz="UTC")),
+        "day": pa.array([dt.date(2024, 6, 15), None, dt.date(2024, 1, 1), dt.date(1970, 1, 1)], pa.date32()),
+        "amount": pa.array([decimal.Decimal("1.50"), decimal.Decimal("-0.01"), None, decimal.Decimal("12345678.99")],
+                           pa.decimal128(10, 2)),
+        "ok": [True, False, None, True],
+        "x": [1.5, -0.0, None, 1e300],
+    })
+
+
+# ---------------------------------------------------------------- extensions and options
+@pytest.mark.parametrize("name,options,ext", [
+    ("parquet", None, "snappy.parquet"),
+    ("parquet", {"compression": "zstd"}, "zstd.parquet"),
+    ("parquet", {"compression": "gzip"}, "gz.parquet"),
+    ("parquet", {"compression": "none"}, "parquet"),
+    ("parquet", {"compression": "uncompressed"}, "parquet"),
+    ("csv", None, "csv"),
+    ("csv", {"compression": "gzip"}, "csv.gz"),
+    ("csv", {"COMPRESSION": "bzip2"}, "csv.bz2"),
+    ("json", None, "json"),
+    ("json", {"codec": "gzip"}, "json.gz"),
+    ("json", {"compression": "zstd"}, "json.zst"),
+    ("text", None, "txt"),
+    ("text", {"compression": "gzip"}, "txt.gz"),
+    ("PARQUET", None, "snappy.parquet"),
+])
+def test_extension(name: str, options: dict | None, ext: str) -> None:
+    assert make_format(name, options).extension == ext
+
+
+@pytest.mark.parametrize("name,options,message", [
+    ("orc", None, "unsupported format 'orc'"),
+    ("delta", None, "unsupported format"),
+    ("parquet", {"compression": "lzo"}, "does not support compression 'lzo'"),
+    ("csv", {"compression": "snappy"}, "does not support compression 'snappy'"),
+    ("csv", {"headr": "true"}, "does not know option(s) 'headr'"),
+    ("csv", {"header": "maybe"}, "must be true or false"),
+    ("csv", {"sep": ";;"}, "must be one character"),
+    ("csv", {"sep": ";", "delimiter": ","}, "mean the same"),
+    ("csv", {"header": "true", "HEADER": "false"}, "given twice"),
+    ("parquet", {"parquet.block.size": "-1"}, "must be an integer >= 1"),
+    ("text", {"lineSep": ""}, "must not be empty"),
+    ("json", {"header": "true"}, "does not know option(s) 'header'"),
+])
+def test_bad_format_or_option_is_a_usage_error(name: str, options: dict | None, message: str) -> None:
+    with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        make_format(name, options)
+
+
+def test_options_take_pyspark_spellings_and_values() -> None:
+    fmt = make_format("csv", {"Header": True, "SEP": "|", "lineSep": "\r\n", "nullValue": "NULL", "quoteAll": "yes"})
+    assert fmt == CsvFormat(header=True, sep="|", line_sep="\r\n", null_value="NULL", quote_all=True)
+    assert make_format("csv", {"delimiter": "\t"}).sep == "\t"
+
+
+@pytest.mark.parametrize("fmt", [ParquetFormat(), CsvFormat(header=True, compression="gzip"), JsonFormat(), TextFormat()])
+def test_formats_are_small_picklable_values(fmt) -> None:  # noqa: ANN001
+    again = pickle.loads(pickle.dumps(fmt))
+    assert again == fmt and again.extension == fmt.extension
+
+
+# ---------------------------------------------------------------- parquet
+@pytest.mark.parametrize("compression", ["snappy", "zstd", "gzip", "none"])
+def test_parquet_round_trip_keeps_rows_and_types(compression: str) -> None:
+    batch = sample_batch()
+    nested = pa.record_batch({
+        "tags": pa.array([["a", "b"], [], None, ["c"]], pa.list_(pa.string())),
+        "attrs": pa.array([{"k": 1}, None, {"k": None}, {"k": 4}], pa.struct([("k", pa.int32())])),
+        "m": pa.array([[("a", 1)], None, [], [("b", 2), ("c", 3)]], pa.map_(pa.string(), pa.int64())),
+        "raw": pa.array([b"\x00\x01", None, b"", b"\xff"], pa.binary()),
+    })
+    combined = pa.RecordBatch.from_arrays(batch.columns + nested.columns, names=batch.schema.names + nested.schema.names)
+    data, rows = write_file(make_format("parquet", {"compression": compression}), [combined, combined])
+    table = pq.read_table(pa.BufferReader(data))
+    assert rows == 8
+    assert table.schema.equals(combined.schema)
+    assert table.to_pylist() == combined.to_pylist() * 2
+    codec = pq.ParquetFile(pa.BufferReader(data)).metadata.row_group(0).column(0).compression
+    assert codec.lower() == {"none": "uncompressed"}.get(compression, compression)
+
+
+def test_parquet_collects_batches_into_row_groups_of_the_configured_size() -> None:
+    batch = pa.record_batch({"v": pa.array(range(10_000), pa.int64())})  # 80,000 bytes of Arrow data
+    fmt = make_format("parquet", {"parquet.block.size": str(3 * batch.nbytes)})
+    sink = Sink()
+    writer = fmt.open(sink, batch.schema)
+    peak = 0
+    for _ in range(10):
+        writer.write(batch)
+        peak = max(peak, writer.buffered_bytes)
+    writer.close()
+    meta = pq.ParquetFile(pa.BufferReader(bytes(sink.data))).metadata
+    # 10 batches in groups of 3: 3 + 3 + 3 + 1 -- not one row group per batch (pyarrow's write_batch default).
+    assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [30_000, 30_000, 30_000, 10_000]
+    assert peak < 3 * batch.nbytes, "the format buffer must be flushed when it reaches the row group size"
+    assert writer.buffered_bytes == 0
+
+
+def test_parquet_refuses_types_without_a_parquet_form() -> None:
+    schema = pa.schema([("ok", pa.int64()), ("iv", pa.month_day_nano_interval())])
+    with pytest.raises(UsageError, match="parquet cannot hold column 'iv'"):
+        make_format("parquet").check_schema(schema)
+
+
+# ---------------------------------------------------------------- csv
+def csv_types(batch: pa.RecordBatch) -> pcsv.ConvertOptions:
+    return pcsv.ConvertOptions(column_types=batch.schema, strings_can_be_null=True, quoted_strings_can_be_null=False)
+
+
+@pytest.mark.parametrize("compression,decompress", [("none", lambda b: b), ("gzip", gzip.decompress),
+                                                    ("bzip2", bz2.decompress)])
+def test_csv_round_trip_with_header(compression: str, decompress) -> None:  # noqa: ANN001
+    batch = sample_batch().drop_columns(["x"])  # 1e300 formatting aside, floats are covered below
+    data, rows = write_file(make_format("csv", {"header": "true", "compression": compression}), [batch, batch])
+    plain = decompress(data)
+    assert rows == 8
+    assert plain.startswith(b'"id","name","uni","ts","day","amount","ok"\n')
+    table = pcsv.read_csv(io.BytesIO(plain), convert_options=csv_types(batch))
+    assert table.to_pylist() == batch.to_pylist() * 2
+
+
+def test_csv_defaults_are_sparks_no_header_comma_quote_when_needed() -> None:
+    batch = pa.record_batch({"a": [1, None], "b": ["x,y", ""]})
+    data, _ = write_file(make_format("csv"), [batch])
+    # A null is an empty field, an empty string a quoted one, so that they read back apart.
+    assert data == b'1,"x,y"\n,""\n'
+
+
+def test_csv_separator_line_separator_and_null_value() -> None:
+    batch = pa.record_batch({"a": [1, None], "b": ["x;y", "z"]})
+    data, _ = write_file(make_format("csv", {"sep": ";", "lineSep": "\r\n", "nullValue": "NULL"}), [batch])
+    # pyarrow quotes every string (Spark only those that need it); CSV readers take both alike.
+    assert data == b'1;"x;y"\r\nNULL;"z"\r\n'
+
+
+def test_csv_zstd_stream_is_a_complete_zstd_frame() -> None:
+    batch = pa.record_batch({"a": list(range(1000))})
+    data, _ = write_file(make_format("csv", {"compression": "zstd"}), [batch])
+    # No zstd module in the standard library of 3.11: pyarrow's reader, a separate code path from its writer.
+    text = pa.CompressedInputStream(pa.BufferReader(data), "zstd").read()
+    assert text.decode().split() == [str(i) for i in range(1000)]
+
+
+@pytest.mark.parametrize("column,type_,why", [
+    ("tags", pa.list_(pa.string()), "not structs, arrays or maps"),
+    ("attrs", pa.struct([("k", pa.int32())]), "not structs, arrays or maps"),
+    ("m", pa.map_(pa.string(), pa.int64()), "not structs, arrays or maps"),
+    ("raw", pa.binary(), "cannot carry arbitrary bytes"),
+    ("wait", pa.duration("us"), "intervals"),
+])
+def test_csv_refuses_types_it_cannot_hold(column: str, type_: pa.DataType, why: str) -> None:
+    schema = pa.schema([("id", pa.int64()), (column, type_)])
+    with pytest.raises(UsageError, match=f"csv cannot hold column '{column}'.*{why}"):
+        make_format("csv").check_schema(schema)
+
+
+# ---------------------------------------------------------------- json lines
+def test_json_lines_values_as_spark_writes_them() -> None:
+    batch = pa.record_batch({
+        "id": [1, None],
+        "ts": pa.array([dt.datetime(2024, 6, 15, 10, 30, 0, 500, tzinfo=UTC), None], pa.timestamp("us", tz="UTC")),
+        "day": pa.array([dt.date(2024, 6, 15), None], pa.date32()),
+        "amount": pa.array([decimal.Decimal("1.50"), None], pa.decimal128(10, 2)),
+        "raw": pa.array([b"\x00\xff", None], pa.binary()),
+        "m": pa.array([[("a", 1)], None], pa.map_(pa.string(), pa.int64())),
+        "s": pa.array([{"k": None, "j": 2}, None], pa.struct([("k", pa.int32()), ("j", pa.int32())])),
+        "f": [float("nan"), float("-inf")],
+    })
+    data, rows = write_file(make_format("json"), [batch])
+    lines = data.decode().splitlines()
+    assert rows == 2 and len(lines) == 2 and data.endswith(b"\n")
+    assert lines[0] == ('{"id":1,"ts":"2024-06-15T10:30:00.000500Z","day":"2024-06-15","amount":1.50,'
+                        f'"raw":"{base64.b64encode(bytes([0, 255])).decode()}","m":{{"a":1}},"s":{{"j":2}},"f":"NaN"}}')
+    # ignoreNullFields (Spark's default): null fields are left out, also inside structs.
+    assert json.loads(lines[1]) == {"f": "-Infinity"}
+
+
+def test_json_keeps_null_fields_when_asked() -> None:
+    batch = pa.record_batch({"a": [None], "s": pa.array([{"k": None}], pa.struct([("k", pa.int32())]))})
+    data, _ = write_file(make_format("json", {"ignoreNullFields": "false"}), [batch])
+    assert json.loads(data) == {"a": None, "s": {"k": None}}
+
+
+def test_json_round_trip_through_pyarrows_reader_gzip() -> None:
+    batch = sample_batch().drop_columns(["amount"])  # pyarrow's JSON reader has no decimal parsing
+    data, _ = write_file(make_format("json", {"compression": "gzip", "ignoreNullFields": "false"}), [batch] * 3)
+    # pyarrow's JSON reader parses timestamps but not dates: read the day as text and cast it.
+    as_read = batch.schema.set(batch.schema.get_field_index("day"), pa.field("day", pa.string()))
+    table = pjson.read_json(io.BytesIO(gzip.decompress(data)), parse_options=pjson.ParseOptions(explicit_schema=as_read))
+    table = table.set_column(table.schema.get_field_index("day"), "day", table.column("day").cast(pa.date32()))
+    assert table.to_pylist() == batch.to_pylist() * 3
+
+
+def test_json_refuses_intervals_even_nested() -> None:
+    schema = pa.schema([("s", pa.struct([("wait", pa.duration("s"))]))])
+    with pytest.raises(UsageError, match="json cannot hold column 's'"):
+        make_format("json").check_schema(schema)
+
+
+# ---------------------------------------------------------------- text
+def test_text_writes_one_line_per_row_and_null_as_empty_line() -> None:
+    batch = pa.record_batch({"value": ["first", None, "", "ünï"]})
+    data, rows = write_file(make_format("text"), [batch, batch.slice(0, 1)])
+    assert rows == 5
+    assert data == "first\n\n\nünï\nfirst\n".encode()
+    data, _ = write_file(make_format("text", {"lineSep": "|", "compression": "gzip"}), [batch])
+    assert gzip.decompress(data) == "first|||ünï|".encode()
+
+
+@pytest.mark.parametrize("schema,message", [
+    (pa.schema([("a", pa.string()), ("b", pa.string())]), "exactly one string column .* got 2: a, b"),
+    (pa.schema([("n", pa.int64())]), "'n' is int64: cast it to string"),
+])
+def test_text_refuses_anything_but_one_string_column(schema: pa.Schema, message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        make_format("text").check_schema(schema)

@@ -1,0 +1,279 @@
+"""Dynamic partitioning of a task's rows: splitting, Hive paths, the open-writer bound and the sorted fallback.
+
+No server: files go into in-memory sinks that record when they were opened, closed or aborted.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import os
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mpcommit.errors import UsageError
+from mpcommit.formats import make_format
+from mpcommit.layout import DEFAULT_PARTITION, parse_partition_path
+from mpcommit.partitioning import PartitionedWriter, partition_value_text, resolve_partition_columns, split_batch
+
+
+class MemorySink(io.RawIOBase):
+    """Stands in for the multipart writer: keeps the bytes, and tells its tracker how many files are open."""
+
+    def __init__(self, tracker: "Tracker", path: str, ext: str):
+        super().__init__()
+        self.tracker, self.path, self.ext = tracker, path, ext
+        self.data = bytearray()
+        self.rows: int | None = None
+        self.aborted = False
+        self.finished = False
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b) -> int:  # noqa: ANN001
+        if self.tracker.fail_after_bytes is not None and self.tracker.bytes_written + len(b) > self.tracker.fail_after_bytes:
+            raise OSError("injected write failure")
+        self.tracker.bytes_written += len(b)
+        self.data += bytes(b)
+        return len(b)
+
+    def tell(self) -> int:
+        return len(self.data)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.finished = True
+            self.tracker.open_now -= 1
+        super().close()
+
+    def abort(self) -> None:
+        if not self.closed:
+            self.aborted = True
+            self.tracker.open_now -= 1
+            super().close()
+
+
+class Tracker:
+    def __init__(self, fail_after_bytes: int | None = None):
+        self.sinks: list[MemorySink] = []
+        self.open_now = 0
+        self.peak_open = 0
+        self.bytes_written = 0
+        self.fail_after_bytes = fail_after_bytes
+
+    def open(self, path: str, ext: str) -> MemorySink:
+        sink = MemorySink(self, path, ext)
+        self.sinks.append(sink)
+        self.open_now += 1
+        self.peak_open = max(self.peak_open, self.open_now)
+        return sink
+
+    def rows_by_partition(self) -> dict[str, list[dict]]:
+        out: dict[str, list[dict]] = {}
+        for s in self.sinks:
+            assert s.finished and not s.aborted
+            table = pq.read_table(pa.BufferReader(bytes(s.data)))
+            assert table.num_rows == s.rows, "the sink's row count must be the file's"
+            out.setdefault(s.path, []).extend(table.to_pylist())
+        return out
+
+
+def batch_of(keys: list, start: int = 0, name: str = "k") -> pa.RecordBatch:
+    return pa.record_batch({name: keys, "seq": list(range(start, start + len(keys)))})
+
+
+# ---------------------------------------------------------------- split_batch
+def test_split_groups_rows_by_partition_in_order_of_first_appearance() -> None:
+    groups = split_batch(batch_of(["b", "a", "b", "c", "a"]), ["k"])
+    assert [(p, g.column("seq").to_pylist()) for p, g in groups] == [("k=b", [0, 2]), ("k=a", [1, 4]), ("k=c", [3])]
+    assert all(g.schema.names == ["seq"] for _, g in groups), "partition columns are left out of the files"
+
+
+def test_split_null_and_empty_string_share_the_default_partition_in_row_order() -> None:
+    groups = split_batch(batch_of(["", "x", None, "", None]), ["k"])
+    assert [(p, g.column("seq").to_pylist()) for p, g in groups] == [
+        (f"k={DEFAULT_PARTITION}", [0, 2, 3, 4]), ("k=x", [1])]
+
+
+def test_split_escapes_values_as_hive_does() -> None:
+    values = ["a/b", "x=y", "50%", "with space", "grüße 日本", "c:d", "#?*"]
+    groups = split_batch(batch_of(values), ["k"])
+    paths = [p for p, _ in groups]
+    assert paths == ["k=a%2Fb", "k=x%3Dy", "k=50%25", "k=with space", "k=grüße 日本", "k=c%3Ad", "k=%23%3F%2A"]
+    assert [parse_partition_path(p)["k"] for p in paths] == values
+
+
+def test_split_by_several_columns_and_typed_values() -> None:
+    batch = pa.record_batch({
+        "day": pa.array([dt.date(2024, 6, 15), dt.date(2024, 6, 14), dt.date(2024, 6, 15)], pa.date32()),
+        "hour": pa.array([10, 23, 10], pa.int32()),
+        "flag": [True, False, True],
+        "v": [1, 2, 3],
+    })
+    groups = split_batch(batch, ["day", "hour", "flag"])
+    assert [(p, g.column("v").to_pylist()) for p, g in groups] == [
+        ("day=2024-06-15/hour=10/flag=true", [1, 3]), ("day=2024-06-14/hour=23/flag=false", [2])]
+
+
+def test_split_timestamps_render_like_spark_partition_values() -> None:
+    utc = dt.timezone.utc
+    assert partition_value_text(dt.datetime(2024, 6, 15, 10, 0, tzinfo=utc)) == "2024-06-15 10:00:00"
+    assert partition_value_text(dt.datetime(2024, 6, 15, 10, 0, 0, 500000, tzinfo=utc)) == "2024-06-15 10:00:00.5"
+    batch = pa.record_batch({"ts": pa.array([dt.datetime(2024, 6, 15, 10, 0, tzinfo=utc)], pa.timestamp("us", tz="UTC")),
+                             "v": [1]})
+    assert split_batch(batch, ["ts"])[0][0] == "ts=2024-06-15 10%3A00%3A00"
+
+
+def test_split_without_partition_columns_is_the_whole_batch() -> None:
+    batch = batch_of(["a", "b"])
+    [(path, rows)] = split_batch(batch, [])
+    assert path == "" and rows.num_rows == 2
+    assert split_batch(batch.slice(0, 0), ["k"]) == []
+
+
+# ---------------------------------------------------------------- partition columns
+SCHEMA = pa.schema([("Day", pa.date32()), ("country", pa.string()), ("v", pa.int64()),
+                    ("tags", pa.list_(pa.string())), ("raw", pa.binary()), ("_hidden", pa.string())])
+
+
+def test_partition_columns_resolve_like_spark() -> None:
+    assert resolve_partition_columns(SCHEMA, None) == ()
+    assert resolve_partition_columns(SCHEMA, "country") == ("country",)
+    assert resolve_partition_columns(SCHEMA, ["day", "COUNTRY"]) == ("Day", "country")  # case-insensitive
+
+
+@pytest.mark.parametrize("partition_by,message", [
+    (["nope"], "partition column 'nope' is not a column of the data"),
+    (["country", "Country"], "given twice"),
+    (["tags"], "cannot partition by 'tags'"),
+    (["raw"], "cannot partition by 'raw'"),
+    (["_hidden"], "starts with '_'"),
+    ([""], "non-empty column names"),
+    ([["v"]], "non-empty column names"),
+])
+def test_bad_partition_columns_are_usage_errors(partition_by, message: str) -> None:  # noqa: ANN001
+    with pytest.raises(UsageError, match=message):
+        resolve_partition_columns(SCHEMA, partition_by)
+
+
+def test_partitioning_by_every_column_is_refused() -> None:
+    with pytest.raises(UsageError, match="all columns"):
+        resolve_partition_columns(pa.schema([("a", pa.int32()), ("b", pa.int32())]), ["a", "b"])
+
+
+# ---------------------------------------------------------------- PartitionedWriter
+def test_mostly_one_partition_streams_without_spilling(tmp_path) -> None:  # noqa: ANN001
+    tracker = Tracker()
+    w = PartitionedWriter(fmt=make_format("parquet"), open_sink=tracker.open, partition_columns=["k"],
+                          max_open_writers=4, spill_dir=str(tmp_path))
+    for i in range(20):
+        w.write(batch_of(["today"] * 98 + ["yesterday", "2 days ago"], start=i * 100))
+    stats = w.close()
+    assert stats.spilled_rows == 0 and stats.max_open == 3
+    assert stats.rows == 2000 and stats.files == 3
+    assert sorted(stats.partitions) == ["k=2 days ago", "k=today", "k=yesterday"]
+    assert len(tracker.rows_by_partition()["k=today"]) == 1960
+
+
+def test_more_partitions_than_open_writers_falls_back_to_sorted_writes(tmp_path) -> None:  # noqa: ANN001
+    tracker = Tracker()
+    w = PartitionedWriter(fmt=make_format("parquet"), open_sink=tracker.open, partition_columns=["k"],
+                          max_open_writers=3, spill_dir=str(tmp_path))
+    keys = [f"p{i % 37:02d}" for i in range(37 * 20)]  # 37 partitions, interleaved row by row
+    for start in range(0, len(keys), 100):
+        w.write(batch_of(keys[start:start + 100], start=start))
+    stats = w.close()
+    # Never more than 3 files open at once, whatever the number of partitions ...
+    assert tracker.peak_open == 3 and stats.max_open == 3
+    # ... yet one file per partition: the first three kept their writers, the others were written sorted.
+    assert stats.files == 37 and len({s.path for s in tracker.sinks}) == 37
+    assert stats.spilled_partitions == 34 and stats.spilled_rows == 34 * 20
+    assert [s.path for s in tracker.sinks[3:]] == sorted(s.path for s in tracker.sinks[3:])
+    got = tracker.rows_by_partition()
+    for i in range(37):
+        seqs = [r["seq"] for r in got[f"k=p{i:02d}"]]
+        assert seqs == [j for j in range(len(keys)) if j % 37 == i], "rows kept in arrival order per partition"
+    assert os.listdir(tmp_path) == [], "the spill is removed once written"
+
+
+def test_max_records_per_file_rolls_files(tmp_path) -> None:  # noqa: ANN001
+    tracker = Tracker()
+    w = PartitionedWriter(fmt=make_format("parquet"), open_sink=tracker.open, partition_columns=["k"],
+                          max_open_writers=1, max_records_per_file=7, spill_dir=str(tmp_path))
+    w.write(batch_of(["a"] * 10 + ["b"] * 15))
+    w.write(batch_of(["a"] * 5, start=25))
+    stats = w.close()
+    assert [(s.path, s.rows) for s in tracker.sinks] == [("k=a", 7), ("k=a", 7), ("k=a", 1), ("k=b", 7), ("k=b", 7),
+                                                         ("k=b", 1)]
+    assert stats.files == 6 and stats.rows == 30
+    assert tracker.peak_open == 1
+
+
+def test_schema_the_format_cannot_hold_fails_before_any_file_is_opened() -> None:
+    tracker = Tracker()
+    w = PartitionedWriter(fmt=make_format("csv"), open_sink=tracker.open, partition_columns=["k"])
+    batch = pa.record_batch({"k": ["a"], "tags": pa.array([["x"]], pa.list_(pa.string()))})
+    with pytest.raises(UsageError, match="csv cannot hold column 'tags'"):
+        w.write(batch)
+    assert tracker.sinks == []
+
+
+def test_partition_columns_may_hold_what_the_format_cannot() -> None:
+    # The files never contain the partition columns, so only the data columns are checked.
+    tracker = Tracker()
+    w = PartitionedWriter(fmt=make_format("text"), open_sink=tracker.open, partition_columns=["n"])
+    w.write(pa.record_batch({"n": [1, 2, 1], "line": ["a", "b", "c"]}))
+    w.close()
+    assert {s.path: bytes(s.data) for s in tracker.sinks} == {"n=1": b"a\nc\n", "n=2": b"b\n"}
+
+
+def test_failure_aborts_open_files_and_removes_the_spill(tmp_path) -> None:  # noqa: ANN001
+    tracker = Tracker(fail_after_bytes=2_000)
+    w = PartitionedWriter(fmt=make_format("csv"), open_sink=tracker.open, partition_columns=["k"],
+                          max_open_writers=2, spill_dir=str(tmp_path))
+    with pytest.raises(OSError, match="injected"):
+        for start in range(0, 5000, 100):
+            w.write(batch_of([f"p{i % 5}" for i in range(start, start + 100)], start=start))
+        w.close()
+    w.abort()
+    assert tracker.open_now == 0 and any(s.aborted for s in tracker.sinks)
+    assert not any(s.finished for s in tracker.sinks)
+    assert os.listdir(tmp_path) == []
+
+
+def test_bounds_are_checked() -> None:
+    with pytest.raises(UsageError, match="max_open_writers"):
+        PartitionedWriter(fmt=make_format("csv"), open_sink=Tracker().open, max_open_writers=0)
+    with pytest.raises(UsageError, match="maxRecordsPerFile"):
+        PartitionedWriter(fmt=make_format("csv"), open_sink=Tracker().open, max_records_per_file=-1)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    keys=st.lists(st.sampled_from(["a", "b", "", None, "c/d", "e=f", "ü", "x y", "%"]), min_size=0, max_size=120),
+    batch_size=st.integers(1, 40),
+    max_open=st.integers(1, 5),
+    max_records=st.integers(0, 9),
+)
+def test_every_row_lands_once_in_its_partition_in_order(keys, batch_size, max_open, max_records, tmp_path) -> None:  # noqa: ANN001
+    tracker = Tracker()
+    w = PartitionedWriter(fmt=make_format("parquet"), open_sink=tracker.open, partition_columns=["k"],
+                          max_open_writers=max_open, max_records_per_file=max_records, spill_dir=str(tmp_path))
+    for start in range(0, len(keys), batch_size):
+        w.write(batch_of(keys[start:start + batch_size], start=start))
+    stats = w.close()
+    assert tracker.peak_open <= max_open
+    expected: dict[str, list[int]] = {}
+    for i, k in enumerate(keys):
+        path = split_batch(batch_of([k]), ["k"])[0][0]
+        expected.setdefault(path, []).append(i)
+    got = {p: [r["seq"] for r in rows] for p, rows in tracker.rows_by_partition().items()}
+    assert got == expected
+    assert stats.rows == len(keys)
+    if max_records:
+        assert all(s.rows <= max_records for s in tracker.sinks)
