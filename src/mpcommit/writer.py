@@ -67,7 +67,12 @@ class MultipartWriter(io.BufferedIOBase):
         # From here on the upload exists and is billed until completed or aborted: every path below that
         # fails must abort it.
         self.upload_id = store.create_multipart_upload(bucket, key, content_type=content_type)
-        faults.checkpoint("writer.created")
+        try:
+            faults.checkpoint("writer.created")
+        except BaseException:
+            # The caller never gets this writer, so nobody else could abort its upload.
+            self.abort()
+            raise
 
     # ------------------------------------------------------------ file object protocol
     def writable(self) -> bool:

@@ -1,0 +1,277 @@
+"""The fault matrix: a failure at every checkpoint of the protocol, as a raised exception (in this process) and as
+SIGKILL of a subprocess running the job, followed by ``recover`` or ``abort``; the result is checked with the
+independent invariant checker (tests/support/invariants.py).
+
+Every case runs in a scene that makes damage visible: old data in the destination (the job is an overwrite),
+another job of the same destination with pending uploads and records, and sibling prefixes -- one of them with a
+pending upload that even carries the job's id. The full matrix runs on moto; a representative subset on LocalStack.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from mpcommit import Job, faults
+from mpcommit.errors import CommitStateUnknownError, JobStateError
+from mpcommit.layout import Destination
+from mpcommit.records.manifest import TaskResult
+from mpcommit.recovery import list_jobs, recover
+from tests.reliability import crash_driver as plan
+from tests.support.checks import pending_uploads
+from tests.support.invariants import (
+    bucket_state,
+    check_aborted,
+    check_committed,
+    check_new_complete_or_old_whole,
+    check_not_visible,
+    check_others_untouched,
+    check_same_result,
+    check_unchanged,
+    dataset,
+    job_records,
+    job_uploads,
+)
+
+DRIVER = Path(__file__).with_name("crash_driver.py")
+REPO = Path(__file__).resolve().parents[2]
+OLD = {f"t/dt={i % 3}/old-{i}.txt": f"old {i}\n".encode() for i in range(5)}
+SIBLINGS = {"t2/keep.txt": b"sibling t2\n", "t-x/keep.txt": b"sibling t-x\n", "tt/_SUCCESS": b"{}"}
+SIBLING_UPLOAD_KEY = f"t2/dt=0/part-00000-{plan.JOB_ID}.c000.txt"  # same job id, another destination
+DELETE_BATCH = 2  # 5 old objects -> 3 delete batches
+
+
+@dataclass(frozen=True)
+class Point:
+    name: str
+    k: int = 1
+
+    @property
+    def id(self) -> str:
+        return f"{self.name}:{self.k}"
+
+    @property
+    def worker(self) -> bool:
+        return self.name.startswith(("writer.", "task."))
+
+
+WORKER_POINTS = [Point("writer.created"), Point("writer.part_uploaded", 1), Point("writer.part_uploaded", 2),
+                 Point("task.before_commit"), Point("task.after_commit")]
+COMMIT_POINTS = [Point("commit.after_journal"), Point("commit.after_complete", 1), Point("commit.after_complete", 3),
+                 Point("commit.after_complete", plan.FILES), Point("commit.before_delete_batch", 1),
+                 Point("commit.before_delete_batch", 2), Point("commit.before_success"), Point("commit.after_success"),
+                 Point("commit.during_cleanup")]
+ALL_POINTS = WORKER_POINTS + COMMIT_POINTS
+# Every checkpoint name of the library is in the matrix.
+assert {p.name for p in ALL_POINTS} == set(faults.POINTS)
+
+LOCALSTACK_SUBSET = {
+    ("raise", "writer.part_uploaded:2"), ("kill", "task.after_commit:1"),
+    ("raise", f"commit.after_complete:{plan.FILES}"), ("kill", "commit.after_complete:3"),
+    ("kill", "commit.before_delete_batch:2"), ("kill", "commit.after_success:1"),
+}
+
+
+def _cases(follow_ups_worker: tuple[str, ...]) -> list:
+    params = []
+    for how in ("raise", "kill"):
+        for p in ALL_POINTS:
+            for follow in (follow_ups_worker if p.worker else ("recover",)):
+                params.append(pytest.param("moto", how, p, follow, id=f"moto-{how}-{p.id}-{follow}"))
+                if (how, p.id) in LOCALSTACK_SUBSET:
+                    params.append(pytest.param("localstack", how, p, follow, marks=pytest.mark.localstack,
+                                               id=f"localstack-{how}-{p.id}-{follow}"))
+    return params
+
+
+@dataclass
+class Scene:
+    backend: object
+    bucket: str
+    client: object
+    other: Job
+
+    @property
+    def destination(self) -> Destination:
+        return Destination(self.bucket, plan.PREFIX)
+
+
+def make_scene(backend) -> Scene:
+    client = backend.client
+    bucket = backend.new_bucket("mpc-rel")
+    for key, data in {**OLD, **SIBLINGS}.items():
+        client.put_object(Bucket=bucket, Key=key, Body=data)
+    client.create_multipart_upload(Bucket=bucket, Key=SIBLING_UPLOAD_KEY)
+    # Another job of the same destination, still writing: its uploads and records must survive everything.
+    other = Job.create(f"s3://{bucket}/{plan.PREFIX}", mode="append", s3=backend.options, writer=plan.SMALL_PARTS,
+                       job_id=plan.OTHER_JOB_ID)
+    with other.spec.task(0, 0) as task:
+        with task.create(partition="dt=0", ext="txt") as out:
+            out.write(b"other job\n")
+        task.commit()
+    return Scene(backend, bucket, client, other)
+
+
+_REFERENCES: dict[str, str] = {}
+
+
+def reference_bucket(backend) -> str:
+    """A bucket where the same job (same id) ran uninterrupted in the same scene (for I4)."""
+    if backend.name not in _REFERENCES:
+        scene = make_scene(backend)
+        run_job_in_process(scene, None)
+        _REFERENCES[backend.name] = scene.bucket
+    return _REFERENCES[backend.name]
+
+
+def run_job_in_process(scene: Scene, point: Point | None):
+    import mpcommit.commit
+
+    saved = mpcommit.commit.DELETE_BATCH
+    mpcommit.commit.DELETE_BATCH = DELETE_BATCH
+    try:
+        if point is None:
+            return plan.run_job(scene.backend.options, scene.bucket)
+        with faults.installed(faults.fail_at(point.name, point.k)):
+            return plan.run_job(scene.backend.options, scene.bucket)
+    finally:
+        mpcommit.commit.DELETE_BATCH = saved
+
+
+def run_killed(scene: Scene, point: Point, args: dict) -> subprocess.CompletedProcess:
+    env = {**os.environ, "MPCOMMIT_FAULT": f"{point.name}:{point.k}:kill", "PYTHONPATH": str(REPO)}
+    payload = {"endpoint": scene.backend.endpoint_url, "bucket": scene.bucket, **args}
+    proc = subprocess.run([sys.executable, str(DRIVER), json.dumps(payload)], env=env, capture_output=True,
+                          timeout=120, cwd=REPO)
+    assert proc.returncode == -9, f"expected SIGKILL at {point.id}, got {proc.returncode}: {proc.stderr.decode()[-2000:]}"
+    return proc
+
+
+def _visible_old(key: str) -> bool:
+    return key in OLD
+
+
+def _success(key: str) -> bool:
+    return key == "t/_SUCCESS"
+
+
+# ---------------------------------------------------------------- worker-side points
+def _fail_task_zero(scene: Scene, how: str, point: Point, job: Job) -> None:
+    if how == "raise":
+        with faults.installed(faults.fail_at(point.name, point.k)):
+            with pytest.raises(faults.InjectedFault):
+                plan.write_attempt(job.spec, 0, 0)
+        if point.name != "task.after_commit":
+            # The task scope aborted what it uploaded: the exception left nothing of attempt 0 pending.
+            assert _uploads_of_task_zero(scene) == []
+    else:
+        run_killed(scene, point, {"role": "task", "task_id": 0, "attempt": 0})
+        # A killed attempt leaves its uploads pending (nothing could abort them); a manifest only once committed.
+        assert _uploads_of_task_zero(scene)
+        manifests = {k for k in job_records(scene.client, scene.bucket, "t", plan.JOB_ID) if "/tasks/task-00000-" in k}
+        assert len(manifests) == (1 if point.name == "task.after_commit" else 0), manifests
+
+
+def _uploads_of_task_zero(scene: Scene) -> list[tuple[str, str]]:
+    return [u for u in job_uploads(scene.client, scene.bucket, plan.JOB_ID, "t") if "/part-00000-" in u[0]]
+
+
+@pytest.mark.parametrize("backend_name, how, point, follow_up", _cases(("retry", "abort")))
+def test_fault_matrix(request, backend_name, how, point, follow_up):
+    backend = request.getfixturevalue(f"{backend_name}_backend")
+    scene = make_scene(backend)
+    before = bucket_state(scene.client, scene.bucket)
+    visible_before = dataset(scene.client, scene.bucket, "t")
+    if point.worker:
+        _worker_case(scene, how, point, follow_up, before, visible_before)
+    else:
+        _commit_case(scene, how, point, before, reference_bucket(backend))
+
+
+def _worker_case(scene: Scene, how: str, point: Point, follow_up: str, before, visible_before) -> None:
+    job = Job.create(f"s3://{scene.bucket}/t", mode="overwrite", s3=scene.backend.options, writer=plan.SMALL_PARTS,
+                     job_id=plan.JOB_ID, commit_threads=1)
+    others = [plan.write_attempt(job.spec, t, 0) for t in range(1, plan.TASKS)]
+    _fail_task_zero(scene, how, point, job)
+    check_not_visible(scene.client, scene.bucket, "t", plan.JOB_ID, before=visible_before)  # I1
+    if follow_up == "retry":
+        # The engine runs the task again; the driver commits the new attempt.
+        report = job.commit([plan.write_attempt(job.spec, 0, 1), *others])
+        expected = plan.expected({0: 1, 1: 0, 2: 0, 3: 0})
+        assert set(report.filenames) == set(expected)
+        check_committed(scene.client, scene.bucket, "t", plan.JOB_ID, expected)  # I2
+        may_delete = _visible_old
+    else:
+        job.abort()
+        check_aborted(scene.client, scene.bucket, "t", plan.JOB_ID, before=visible_before)  # I3
+        may_delete = lambda _k: False  # noqa: E731
+    check_others_untouched(before, bucket_state(scene.client, scene.bucket), job_ids=[plan.JOB_ID],
+                           may_delete=may_delete, may_write=_success)  # I6
+
+
+# ---------------------------------------------------------------- driver-side (commit) points
+def _commit_case(scene: Scene, how: str, point: Point, before, reference: str) -> None:
+    if how == "raise":
+        with pytest.raises(CommitStateUnknownError, match="recover"):
+            run_job_in_process(scene, point)
+    else:
+        run_killed(scene, point, {"role": "job", "delete_batch": DELETE_BATCH})
+    expected = plan.expected({t: 0 for t in range(plan.TASKS)})
+    # I5 at the moment of the crash: the old data is whole, or the new data is complete.
+    held = check_new_complete_or_old_whole(scene.client, scene.bucket, "t", old=OLD, new=expected)
+    # Completes run in a bounded window: the ones in flight when the k-th fails still finish.
+    deletes_started = point.name in ("commit.before_success", "commit.after_success", "commit.during_cleanup") or (
+        point.name == "commit.before_delete_batch" and point.k > 1)
+    if deletes_started:
+        assert held == "new complete"
+    elif point.name == "commit.before_delete_batch":
+        assert held == "both"
+    else:
+        assert held in ("old whole", "both")
+
+    states = {s.job_id: s.state.value for s in list_jobs(scene.other.store, scene.destination)}
+    journaled = point.name != "commit.during_cleanup"
+    assert states == {plan.JOB_ID: "committing" if journaled else "committed", plan.OTHER_JOB_ID: "writing"}
+
+    # abort: refused while the journal exists (the commit may be partly visible); changes nothing.
+    crashed = bucket_state(scene.client, scene.bucket)
+    job = Job.open(f"s3://{scene.bucket}/t", plan.JOB_ID, s3=scene.backend.options)
+    if journaled:
+        with pytest.raises(JobStateError, match="recover"):
+            job.abort()
+        check_unchanged(crashed, bucket_state(scene.client, scene.bucket), what="abort of a committing job")
+
+    actions = {a.job_id: a.action for a in recover(scene.destination, store=scene.other.store)}
+    assert actions == {plan.JOB_ID: "finished", plan.OTHER_JOB_ID: "skipped"}
+    check_committed(scene.client, scene.bucket, "t", plan.JOB_ID, expected)  # I2 after recover
+    check_same_result(scene.client, bucket=scene.bucket, prefix="t", reference_bucket=reference,
+                      job_id=plan.JOB_ID)  # I4
+    check_others_untouched(before, bucket_state(scene.client, scene.bucket), job_ids=[plan.JOB_ID],
+                           may_delete=_visible_old, may_write=_success)  # I6
+    # The other job is still writing and can still commit its own work afterwards.
+    assert len(pending_uploads(scene.client, scene.bucket, "t")) == 1
+
+
+def test_the_reference_run_is_the_planned_dataset(moto_backend):
+    """The plan's expected dataset is what an uninterrupted commit really produces (so the matrix compares
+    against reality, not against the plan alone)."""
+    ref = reference_bucket(moto_backend)
+    check_committed(moto_backend.client, ref, "t", plan.JOB_ID, plan.expected({t: 0 for t in range(plan.TASKS)}))
+
+
+def test_a_killed_task_subprocess_returns_its_result_when_not_killed(moto_backend):
+    """The driver script really writes and commits a task when no fault is set (so a -9 exit is the kill)."""
+    scene = make_scene(moto_backend)
+    Job.create(f"s3://{scene.bucket}/t", s3=moto_backend.options, job_id=plan.JOB_ID)
+    env = {k: v for k, v in os.environ.items() if k != "MPCOMMIT_FAULT"}
+    payload = {"endpoint": moto_backend.endpoint_url, "bucket": scene.bucket, "role": "task", "task_id": 2, "attempt": 0}
+    proc = subprocess.run([sys.executable, str(DRIVER), json.dumps(payload)], env={**env, "PYTHONPATH": str(REPO)},
+                          capture_output=True, timeout=120, cwd=REPO, check=True)
+    result = TaskResult.from_bytes(proc.stdout, destination=scene.destination, job_id=plan.JOB_ID)
+    assert result.task_id == 2 and result.files == 1
