@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 
 from .commit import DEFAULT_COMMIT_THREADS, AbortReport, CommitReport, JobCommitter, ProgressHook
-from .errors import DestinationExistsError, JobStateError
+from .errors import DestinationExistsError, JobStateError, PreconditionFailedError
 from .layout import HIDDEN_ROOT, Destination, JobPaths, check_job_id, new_job_id, parse_uri
 from .modes import PartitionOverwrite, WriteMode
 from .options import S3Options, WriterSettings
@@ -98,7 +98,13 @@ class Job:
             purpose=purpose,
         )
         # Written first, so that cleanup tools can tell a live job's uploads from orphans.
-        store.put_object(destination.bucket, spec.paths.descriptor, descriptor.to_bytes(), if_none_match=True)
+        try:
+            store.put_object(destination.bucket, spec.paths.descriptor, descriptor.to_bytes(), if_none_match=True)
+        except PreconditionFailedError:
+            # A retry whose first attempt was applied but its answer lost finds our own descriptor: fine.
+            # Anything else is a job id already in use.
+            if store.get_object(destination.bucket, spec.paths.descriptor) != descriptor.to_bytes():
+                raise
         return cls(spec, descriptor, store=store, commit_threads=commit_threads, progress=progress)
 
     @classmethod

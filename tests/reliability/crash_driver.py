@@ -82,7 +82,7 @@ def spec_for(options: S3Options, bucket: str, *, job_id: str = JOB_ID, prefix: s
 
 
 def run_job(options: S3Options, bucket: str, *, mode: str = "overwrite", job_id: str = JOB_ID,
-            delete_batch: int | None = None, prefix: str = PREFIX) -> object:
+            delete_batch: int | None = None, prefix: str = PREFIX, tasks: int = TASKS) -> object:
     """Create the job, write every task (plus a committed loser attempt of task 1), commit attempt 0 of each."""
     if delete_batch is not None:
         import mpcommit.commit
@@ -90,7 +90,7 @@ def run_job(options: S3Options, bucket: str, *, mode: str = "overwrite", job_id:
         mpcommit.commit.DELETE_BATCH = delete_batch  # several delete batches without seeding 1,000s of objects
     job = Job.create(f"s3://{bucket}/{prefix}", mode=mode, s3=options, writer=SMALL_PARTS, job_id=job_id,
                      commit_threads=1)
-    results = [write_attempt(job.spec, t, 0) for t in range(TASKS)]
+    results = [write_attempt(job.spec, t, 0) for t in range(tasks)]
     write_attempt(job.spec, 1, 1)  # a loser: committed by its task, never chosen by the driver
     return job.commit(results)
 

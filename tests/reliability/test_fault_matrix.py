@@ -20,10 +20,20 @@ import pytest
 
 from mpcommit import Job, faults
 from mpcommit.errors import CommitStateUnknownError, JobStateError
-from mpcommit.layout import Destination
 from mpcommit.records.manifest import TaskResult
 from mpcommit.recovery import list_jobs, recover
 from tests.reliability import crash_driver as plan
+from tests.reliability.scene import (
+    EXPECTED,
+    OLD,
+    DELETE_BATCH,
+    Scene,
+    is_old,
+    is_success,
+    make_scene,
+    reference_bucket,
+    run_job_in_process,
+)
 from tests.support.checks import pending_uploads
 from tests.support.invariants import (
     bucket_state,
@@ -41,9 +51,6 @@ from tests.support.invariants import (
 
 DRIVER = Path(__file__).with_name("crash_driver.py")
 REPO = Path(__file__).resolve().parents[2]
-OLD = {f"t/dt={i % 3}/old-{i}.txt": f"old {i}\n".encode() for i in range(5)}
-SIBLINGS = {"t2/keep.txt": b"sibling t2\n", "t-x/keep.txt": b"sibling t-x\n", "tt/_SUCCESS": b"{}"}
-SIBLING_UPLOAD_KEY = f"t2/dt=0/part-00000-{plan.JOB_ID}.c000.txt"  # same job id, another destination
 DELETE_BATCH = 2  # 5 old objects -> 3 delete batches
 
 
@@ -90,60 +97,6 @@ def _cases(follow_ups_worker: tuple[str, ...]) -> list:
     return params
 
 
-@dataclass
-class Scene:
-    backend: object
-    bucket: str
-    client: object
-    other: Job
-
-    @property
-    def destination(self) -> Destination:
-        return Destination(self.bucket, plan.PREFIX)
-
-
-def make_scene(backend) -> Scene:
-    client = backend.client
-    bucket = backend.new_bucket("mpc-rel")
-    for key, data in {**OLD, **SIBLINGS}.items():
-        client.put_object(Bucket=bucket, Key=key, Body=data)
-    client.create_multipart_upload(Bucket=bucket, Key=SIBLING_UPLOAD_KEY)
-    # Another job of the same destination, still writing: its uploads and records must survive everything.
-    other = Job.create(f"s3://{bucket}/{plan.PREFIX}", mode="append", s3=backend.options, writer=plan.SMALL_PARTS,
-                       job_id=plan.OTHER_JOB_ID)
-    with other.spec.task(0, 0) as task:
-        with task.create(partition="dt=0", ext="txt") as out:
-            out.write(b"other job\n")
-        task.commit()
-    return Scene(backend, bucket, client, other)
-
-
-_REFERENCES: dict[str, str] = {}
-
-
-def reference_bucket(backend) -> str:
-    """A bucket where the same job (same id) ran uninterrupted in the same scene (for I4)."""
-    if backend.name not in _REFERENCES:
-        scene = make_scene(backend)
-        run_job_in_process(scene, None)
-        _REFERENCES[backend.name] = scene.bucket
-    return _REFERENCES[backend.name]
-
-
-def run_job_in_process(scene: Scene, point: Point | None):
-    import mpcommit.commit
-
-    saved = mpcommit.commit.DELETE_BATCH
-    mpcommit.commit.DELETE_BATCH = DELETE_BATCH
-    try:
-        if point is None:
-            return plan.run_job(scene.backend.options, scene.bucket)
-        with faults.installed(faults.fail_at(point.name, point.k)):
-            return plan.run_job(scene.backend.options, scene.bucket)
-    finally:
-        mpcommit.commit.DELETE_BATCH = saved
-
-
 def run_killed(scene: Scene, point: Point, args: dict) -> subprocess.CompletedProcess:
     env = {**os.environ, "MPCOMMIT_FAULT": f"{point.name}:{point.k}:kill", "PYTHONPATH": str(REPO)}
     payload = {"endpoint": scene.backend.endpoint_url, "bucket": scene.bucket, **args}
@@ -151,14 +104,6 @@ def run_killed(scene: Scene, point: Point, args: dict) -> subprocess.CompletedPr
                           timeout=120, cwd=REPO)
     assert proc.returncode == -9, f"expected SIGKILL at {point.id}, got {proc.returncode}: {proc.stderr.decode()[-2000:]}"
     return proc
-
-
-def _visible_old(key: str) -> bool:
-    return key in OLD
-
-
-def _success(key: str) -> bool:
-    return key == "t/_SUCCESS"
 
 
 # ---------------------------------------------------------------- worker-side points
@@ -206,23 +151,23 @@ def _worker_case(scene: Scene, how: str, point: Point, follow_up: str, before, v
         expected = plan.expected({0: 1, 1: 0, 2: 0, 3: 0})
         assert set(report.filenames) == set(expected)
         check_committed(scene.client, scene.bucket, "t", plan.JOB_ID, expected)  # I2
-        may_delete = _visible_old
+        may_delete = is_old
     else:
         job.abort()
         check_aborted(scene.client, scene.bucket, "t", plan.JOB_ID, before=visible_before)  # I3
         may_delete = lambda _k: False  # noqa: E731
     check_others_untouched(before, bucket_state(scene.client, scene.bucket), job_ids=[plan.JOB_ID],
-                           may_delete=may_delete, may_write=_success)  # I6
+                           may_delete=may_delete, may_write=is_success)  # I6
 
 
 # ---------------------------------------------------------------- driver-side (commit) points
 def _commit_case(scene: Scene, how: str, point: Point, before, reference: str) -> None:
     if how == "raise":
         with pytest.raises(CommitStateUnknownError, match="recover"):
-            run_job_in_process(scene, point)
+            run_job_in_process(scene, (point.name, point.k))
     else:
         run_killed(scene, point, {"role": "job", "delete_batch": DELETE_BATCH})
-    expected = plan.expected({t: 0 for t in range(plan.TASKS)})
+    expected = EXPECTED
     # I5 at the moment of the crash: the old data is whole, or the new data is complete.
     held = check_new_complete_or_old_whole(scene.client, scene.bucket, "t", old=OLD, new=expected)
     # Completes run in a bounded window: the ones in flight when the k-th fails still finish.
@@ -253,7 +198,7 @@ def _commit_case(scene: Scene, how: str, point: Point, before, reference: str) -
     check_same_result(scene.client, bucket=scene.bucket, prefix="t", reference_bucket=reference,
                       job_id=plan.JOB_ID)  # I4
     check_others_untouched(before, bucket_state(scene.client, scene.bucket), job_ids=[plan.JOB_ID],
-                           may_delete=_visible_old, may_write=_success)  # I6
+                           may_delete=is_old, may_write=is_success)  # I6
     # The other job is still writing and can still commit its own work afterwards.
     assert len(pending_uploads(scene.client, scene.bucket, "t")) == 1
 

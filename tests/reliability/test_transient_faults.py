@@ -1,0 +1,177 @@
+"""Transient faults through the fault-injecting proxy: 503 SlowDown, 500 InternalError and dropped connections
+(before the server, and after the server applied the request) on every request class.
+
+A job under a 20% fault rate must leave exactly the dataset of a fault-free run; a request whose first answer is
+lost after the server applied it must not break anything; and when retries run out, the error says so and
+nothing partial is visible.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import pytest
+
+from mpcommit import Job, RetryPolicy
+from mpcommit.errors import CommitStateUnknownError, RetriesExhaustedError
+from mpcommit.recovery import recover
+from tests.reliability import crash_driver as plan
+from tests.reliability.scene import (
+    EXPECTED,
+    OLD,
+    is_old,
+    is_success,
+    make_scene,
+    reference_bucket,
+    run_job_in_process,
+    small_delete_batches,
+)
+from tests.support.fault_proxy import Fault, FaultProxy, FaultRule
+from tests.support.invariants import (
+    bucket_state,
+    check_aborted,
+    check_committed,
+    check_not_visible,
+    check_old_data_whole,
+    check_others_untouched,
+    check_same_result,
+    dataset,
+)
+
+log = logging.getLogger(__name__)
+
+SEED = 20240607
+PATIENT = RetryPolicy(max_attempts=8, initial_delay=0.002, max_delay=0.02)
+IMPATIENT = RetryPolicy(max_attempts=3, initial_delay=0.001, max_delay=0.005)
+
+
+def through(proxy: FaultProxy, backend, retry: RetryPolicy):
+    return dataclasses.replace(backend.options, endpoint_url=proxy.endpoint_url, retry=retry)
+
+
+def check_identical_to_uninterrupted(scene, before) -> None:
+    check_committed(scene.client, scene.bucket, "t", plan.JOB_ID, EXPECTED)
+    check_same_result(scene.client, bucket=scene.bucket, prefix="t", reference_bucket=reference_bucket(scene.backend),
+                      job_id=plan.JOB_ID)
+    check_others_untouched(before, bucket_state(scene.client, scene.bucket), job_ids=[plan.JOB_ID],
+                           may_delete=is_old, may_write=is_success)
+
+
+BIG_JOB_TASKS = 16
+
+
+def test_twenty_percent_faults_on_every_request_class_give_the_identical_dataset(backend):
+    """A 16-task overwrite (about 200 requests) under a 20% fault rate on every request class leaves exactly
+    what the same job leaves without faults."""
+    reference = make_scene(backend)
+    run_job_in_process(reference, tasks=BIG_JOB_TASKS)
+    scene = make_scene(backend)
+    before = bucket_state(scene.client, scene.bucket)
+    # At most 4 faults in a row for one request: with 8 attempts the job must get through, whatever the
+    # interleaving of threads; the rate stays ~20%.
+    with FaultProxy(backend.endpoint_url, default=FaultRule(0.2), seed=SEED, max_consecutive=4, lifetime=300) as proxy:
+        options = through(proxy, backend, PATIENT)
+        report = run_job_in_process(scene, options=options, tasks=BIG_JOB_TASKS)
+        summary = proxy.summary()
+        requests, faults = proxy.total_requests, proxy.total_faults
+    expected = plan.expected({t: 0 for t in range(BIG_JOB_TASKS)})
+    assert set(report.filenames) == set(expected)
+    check_committed(scene.client, scene.bucket, "t", plan.JOB_ID, expected)
+    check_same_result(scene.client, bucket=scene.bucket, prefix="t", reference_bucket=reference.bucket, job_id=plan.JOB_ID)
+    check_others_untouched(before, bucket_state(scene.client, scene.bucket), job_ids=[plan.JOB_ID],
+                           may_delete=is_old, may_write=is_success)
+    # Every request class the job sent often enough was faulted, with every kind of fault, at about the rate asked.
+    often = {cls for cls, c in summary.items() if c["requests"] >= 10}
+    assert {"PutObject", "CreateMultipartUpload", "UploadPart", "CompleteMultipartUpload"} <= often, summary
+    for cls in often:
+        assert summary[cls]["faults"], f"{cls} was never faulted: {summary[cls]}"
+    kinds = {k for c in summary.values() for k in c["faults"]}
+    assert kinds == {f.name for f in (Fault.SLOW_DOWN, Fault.INTERNAL_ERROR, Fault.DROP, Fault.DROP_AFTER)}
+    assert 0.12 <= faults / requests <= 0.28, (faults, requests)
+    log.warning("20%% fault run on %s: %d requests, %d faults (%.1f%%): %s", backend.name, requests, faults,
+                100 * faults / requests, summary)
+
+
+@pytest.mark.parametrize("kinds", [(Fault.DROP_AFTER,), (Fault.SLOW_DOWN, Fault.INTERNAL_ERROR, Fault.DROP)],
+                         ids=["applied-answer-lost", "not-applied"])
+def test_every_request_failing_once_gives_the_identical_dataset(backend, kinds):
+    """Each request's first attempt fails, on every request class. With DROP_AFTER the server applied it and
+    the answer was lost, so every create, part, complete, put, delete and abort really happens twice."""
+    scene = make_scene(backend)
+    before = bucket_state(scene.client, scene.bucket)
+    with FaultProxy(backend.endpoint_url, default=FaultRule(1.0, kinds), seed=SEED, max_consecutive=1) as proxy:
+        run_job_in_process(scene, options=through(proxy, backend, PATIENT))
+        assert proxy.total_faults * 2 == proxy.total_requests  # every request failed exactly once
+    check_identical_to_uninterrupted(scene, before)
+
+
+def test_retries_exhausted_while_uploading_parts_aborts_the_attempt_and_says_so(backend):
+    scene = make_scene(backend)
+    visible = dataset(scene.client, scene.bucket, "t")
+    with FaultProxy(backend.endpoint_url, rules={"UploadPart": FaultRule(1.0)}, seed=SEED) as proxy:
+        options = through(proxy, backend, IMPATIENT)
+        job = Job.create(scene.uri, mode="overwrite", s3=options, writer=plan.SMALL_PARTS, job_id=plan.JOB_ID)
+        with pytest.raises(RetriesExhaustedError, match=r"upload_part s3://.* still failed after 3 attempts") as info:
+            plan.write_attempt(job.spec, 0, 0)
+        assert proxy.faults["UploadPart"] and not proxy.faults["AbortMultipartUpload"]
+    assert info.value.code in ("SlowDown", "InternalError", "ConnectionError", "503", "500")
+    assert isinstance(info.value.__cause__, Exception)  # the last transient failure is chained
+    check_not_visible(scene.client, scene.bucket, "t", plan.JOB_ID, before=visible)
+    job.abort()
+    check_aborted(scene.client, scene.bucket, "t", plan.JOB_ID, before=visible)
+
+
+NOT_APPLIED = (Fault.SLOW_DOWN, Fault.INTERNAL_ERROR, Fault.DROP)
+
+
+def test_retries_exhausted_while_completing_says_so_shows_nothing_partial_and_recover_finishes(backend):
+    scene = make_scene(backend)
+    before = bucket_state(scene.client, scene.bucket)
+    visible = dataset(scene.client, scene.bucket, "t")
+    rules = {"CompleteMultipartUpload": FaultRule(1.0, NOT_APPLIED)}
+    with FaultProxy(backend.endpoint_url, rules=rules, seed=SEED) as proxy:
+        with pytest.raises(CommitStateUnknownError, match="recover") as info:
+            run_job_in_process(scene, options=through(proxy, backend, IMPATIENT))
+        completes = proxy.requests["CompleteMultipartUpload"]
+    cause = info.value.__cause__
+    assert isinstance(cause, RetriesExhaustedError), repr(cause)
+    assert "still failed after 3 attempts" in str(cause) and "still failed after 3 attempts" in str(info.value)
+    # No complete ever took effect: nothing of the job is visible, and the old data is whole (I1, I5).
+    assert completes >= 3
+    check_not_visible(scene.client, scene.bucket, "t", plan.JOB_ID, before=visible)
+    check_old_data_whole(scene.client, scene.bucket, OLD)
+    # The store is back: `recover` finishes the commit exactly as an uninterrupted one would have (I4).
+    with small_delete_batches():
+        actions = {a.job_id: a.action for a in recover(scene.destination, store=scene.other.store)}
+    assert actions[plan.JOB_ID] == "finished"
+    check_identical_to_uninterrupted(scene, before)
+
+
+def test_completes_applied_but_never_answered_leave_an_unknown_outcome_that_recover_finishes(backend):
+    """The server completed every upload but no answer arrived: the commit cannot know, says so (unknown, not
+    failed), touches no old data, and `recover` makes it whole -- on LocalStack the retried complete answers
+    NoSuchUpload and the object's multipart ETag proves it is ours."""
+    scene = make_scene(backend)
+    before = bucket_state(scene.client, scene.bucket)
+    rules = {"CompleteMultipartUpload": FaultRule(1.0, (Fault.DROP_AFTER,))}
+    with FaultProxy(backend.endpoint_url, rules=rules, seed=SEED) as proxy:
+        with pytest.raises(CommitStateUnknownError, match="recover") as info:
+            run_job_in_process(scene, options=through(proxy, backend, IMPATIENT))
+    assert isinstance(info.value.__cause__, RetriesExhaustedError)
+    check_old_data_whole(scene.client, scene.bucket, OLD)  # I5: no delete before every new file is complete
+    assert set(dataset(scene.client, scene.bucket, "t")) - set(OLD) <= set(EXPECTED)
+    with small_delete_batches():
+        actions = {a.job_id: a.action for a in recover(scene.destination, store=scene.other.store)}
+    assert actions[plan.JOB_ID] == "finished"
+    check_identical_to_uninterrupted(scene, before)
+
+
+def test_an_unavailable_store_fails_job_creation_with_a_clear_error_and_writes_nothing(backend):
+    scene = make_scene(backend)
+    before = bucket_state(scene.client, scene.bucket)
+    with FaultProxy(backend.endpoint_url, default=FaultRule(1.0, (Fault.SLOW_DOWN,)), seed=SEED) as proxy:
+        with pytest.raises(RetriesExhaustedError, match=r"head_bucket s3://mpc-rel-\w+ still failed after 3 attempts.*slow down"):
+            Job.create(scene.uri, s3=through(proxy, backend, IMPATIENT))
+        assert proxy.total_requests == 3
+    assert bucket_state(scene.client, scene.bucket) == before
