@@ -250,9 +250,15 @@ def normalize_partition(partition: str | Mapping[str, object] | Iterable[tuple[s
             raise UsageError(f"partition {partition!r} has an empty, '.' or '..' segment")
         if any(is_hidden_name(seg) for seg in path.split("/")):
             raise UsageError(f"partition {partition!r} has a segment starting with '_' or '.', which readers skip")
+        if any(ord(ch) < 0x20 or ch == "\x7f" for ch in path):
+            # Keys with control characters break S3's XML listings of pending uploads (and with them the commit).
+            raise UsageError(f"partition {partition!r} has a control character; pass {{column: value}} to have it escaped")
         return path
     pairs = list(partition.items()) if isinstance(partition, Mapping) else list(partition)
-    return partition_path([c for c, _ in pairs], [v for _, v in pairs])
+    path = partition_path([c for c, _ in pairs], [v for _, v in pairs])
+    if any(is_hidden_name(seg) for seg in path.split("/")):
+        raise UsageError(f"partition {path!r}: a column name starting with '_' or '.' makes a folder readers skip")
+    return path
 
 
 def parse_partition_path(path: str) -> dict[str, str | None]:

@@ -9,7 +9,8 @@ class, answered with a fault instead of being forwarded:
 - ``DROP``: the connection is closed before the request reaches the server;
 - ``DROP_AFTER``: the request is forwarded and applied, then the connection is closed without an answer
   (the nastiest case: the client cannot tell whether its request took effect);
-- ``INVALID_ACCESS_KEY``: 403 InvalidAccessKeyId, as S3 answers unknown credentials.
+- ``INVALID_ACCESS_KEY``: 403 InvalidAccessKeyId, as S3 answers unknown credentials;
+- ``ACCESS_DENIED``: 403 AccessDenied, as S3 answers credentials that lack a permission.
 
 Decisions are deterministic for a seed: whether the n-th occurrence of a request is faulted is a hash of the seed,
 the request (method, key, query without the random upload id) and n -- not of the order in which threads happen
@@ -45,6 +46,7 @@ class Fault(enum.Enum):
     DROP = "dropped before the server"
     DROP_AFTER = "dropped after the server applied it"
     INVALID_ACCESS_KEY = "403 InvalidAccessKeyId"
+    ACCESS_DENIED = "403 AccessDenied"
 
 
 TRANSIENT = (Fault.SLOW_DOWN, Fault.INTERNAL_ERROR, Fault.DROP, Fault.DROP_AFTER)
@@ -73,6 +75,7 @@ _ERRORS = {
     Fault.INTERNAL_ERROR: (500, "Internal Server Error", "InternalError", "We encountered an internal error. Please try again."),
     Fault.INVALID_ACCESS_KEY: (403, "Forbidden", "InvalidAccessKeyId",
                                "The AWS Access Key Id you provided does not exist in our records."),
+    Fault.ACCESS_DENIED: (403, "Forbidden", "AccessDenied", "Access Denied"),
 }
 # Random parts of keys that would make decisions differ from run to run: mpcommit's per-attempt nonce
 # (``task-00001-a0-1f2e3d4c``). Upload ids are left out of signatures altogether.
