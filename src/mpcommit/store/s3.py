@@ -27,6 +27,8 @@ from .retry import call_with_retry
 _SSE_OPERATIONS = {"create_multipart_upload", "put_object", "copy_object"}
 # Operations that do not accept ExpectedBucketOwner.
 _NO_OWNER_CHECK = {"list_buckets", "create_bucket"}
+# Server-side copies also check the owner of the bucket they read from (ExpectedSourceBucketOwner).
+_COPY_OPERATIONS = {"copy_object", "upload_part_copy"}
 DELETE_BATCH = 1000  # DeleteObjects takes at most 1,000 keys
 
 
@@ -83,6 +85,8 @@ class S3Store:
                 params["SSEKMSKeyId"] = opts.sse_kms_key_id
         if opts.expected_bucket_owner and operation not in _NO_OWNER_CHECK:
             params["ExpectedBucketOwner"] = opts.expected_bucket_owner
+            if operation in _COPY_OPERATIONS:
+                params["ExpectedSourceBucketOwner"] = opts.expected_bucket_owner
         method: Callable[..., Any] = getattr(self._client, operation)
 
         def attempt() -> Any:

@@ -1,0 +1,242 @@
+"""Security: encryption and bucket-owner parameters on every request that accepts them, and credentials that never
+leak into what mpcommit writes, logs or raises.
+
+Neither moto nor LocalStack enforces ExpectedBucketOwner, so requests are inspected instead: a botocore
+``before-parameter-build.s3`` hook on the store's client compares every request's parameters with the operation's
+input shape (whatever accepts ``ServerSideEncryption``, ``SSEKMSKeyId``, ``ExpectedBucketOwner`` or
+``ExpectedSourceBucketOwner`` must carry it), and the fault proxy checks the headers on the wire.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import pickle
+import traceback
+from typing import Any
+
+import pytest
+
+from mpcommit import Job, RetryPolicy, S3Options, faults
+from mpcommit.errors import MpcommitError
+from mpcommit.layout import Destination
+from mpcommit.recovery import list_jobs, recover
+from mpcommit.store.s3 import CompletedPart, S3Store, store_for
+from mpcommit.sizing import crc32_b64
+from tests.support.checks import all_keys, read_object
+from tests.support.fault_proxy import Fault, FaultProxy, FaultRule
+from tests.support.servers import free_port
+
+OWNER = "111122223333"
+KMS_KEY = "arn:aws:kms:us-east-1:111122223333:key/0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
+SSE_CASES = [
+    pytest.param(S3Options(sse="AES256", expected_bucket_owner=OWNER), id="sse-s3"),
+    pytest.param(S3Options(sse="aws:kms", sse_kms_key_id=KMS_KEY, expected_bucket_owner=OWNER), id="sse-kms"),
+]
+FAST = RetryPolicy(max_attempts=2, initial_delay=0.001, max_delay=0.005)
+
+
+def _with_backend(backend, extra: S3Options, **changes: Any) -> S3Options:
+    return dataclasses.replace(backend.options, sse=extra.sse, sse_kms_key_id=extra.sse_kms_key_id,
+                               expected_bucket_owner=extra.expected_bucket_owner, **changes)
+
+
+class RequestLog:
+    """Every request the store's client builds: (operation, parameters, the operation's input members)."""
+
+    def __init__(self, store: S3Store):
+        self.calls: list[tuple[str, dict[str, Any], set[str]]] = []
+        self._events = store._client.meta.events
+        self._events.register("before-parameter-build.s3", self._record, unique_id="mpcommit-test-request-log")
+
+    def _record(self, params: dict[str, Any], model: Any, **_kwargs: Any) -> None:
+        self.calls.append((model.name, dict(params), set(model.input_shape.members)))
+
+    def close(self) -> None:
+        self._events.unregister("before-parameter-build.s3", unique_id="mpcommit-test-request-log")
+
+    def violations(self, options: S3Options) -> list[str]:
+        wanted = {"ExpectedBucketOwner": options.expected_bucket_owner,
+                  "ExpectedSourceBucketOwner": options.expected_bucket_owner,
+                  "ServerSideEncryption": options.sse}
+        if options.sse == "aws:kms":
+            wanted["SSEKMSKeyId"] = options.sse_kms_key_id
+        out = []
+        for op, params, members in self.calls:
+            for name, value in wanted.items():
+                if name in members and params.get(name) != value:
+                    out.append(f"{op} lacks {name}={value!r} (sent {params.get(name)!r})")
+        return sorted(set(out))
+
+    @property
+    def operations(self) -> set[str]:
+        return {op for op, _p, _m in self.calls}
+
+
+def _stage_and_write(job: Job, task_id: int, attempt: int = 0, *, fail: bool = False):
+    with job.spec.task(task_id, attempt) as task:
+        with task.create(partition="dt=1", ext="txt") as out:
+            out.write(f"task {task_id}\n".encode())
+        task.stage("dt=2", "txt", f"staged {task_id}\n".encode(), rows=1)
+        if fail:
+            raise RuntimeError("task failed on purpose")
+        return task.commit()
+
+
+@pytest.mark.parametrize("sse", SSE_CASES)
+def test_encryption_and_bucket_owner_on_every_request_that_accepts_them(backend, sse):
+    options = _with_backend(backend, sse)
+    store = store_for(options)
+    log = RequestLog(store)
+    bucket = backend.new_bucket("mpc-sec")
+    try:
+        backend.client.put_object(Bucket=bucket, Key="t/old.txt", Body=b"old\n")
+        job = Job.create(f"s3://{bucket}/t", mode="overwrite", s3=options)
+        with pytest.raises(RuntimeError):
+            _stage_and_write(job, 0, fail=True)
+        refs = [_stage_and_write(job, 0, 1), _stage_and_write(job, 1)]
+        _stage_and_write(job, 1, 1)  # a loser
+        with faults.installed(faults.fail_at("commit.before_success")):
+            with pytest.raises(MpcommitError):
+                job.commit(refs)
+        list_jobs(store, job.destination, with_bytes=True)
+        recover(job.destination, s3=options)
+        other = Job.create(f"s3://{bucket}/u", s3=options)
+        _stage_and_write(other, 0)
+        other.abort()
+        _every_store_operation(store, bucket)
+    finally:
+        log.close()
+    assert log.violations(options) == []
+    assert {"HeadBucket", "PutObject", "CreateMultipartUpload", "UploadPart", "CompleteMultipartUpload", "CopyObject",
+            "UploadPartCopy", "ListObjectsV2", "ListMultipartUploads", "ListParts", "AbortMultipartUpload",
+            "DeleteObjects", "DeleteObject", "HeadObject", "GetObject"} <= log.operations
+    # The server stored every committed object encrypted as asked.
+    for key in all_keys(backend.client, bucket, "t"):
+        head = backend.client.head_object(Bucket=bucket, Key=key)
+        assert head.get("ServerSideEncryption") == sse.sse, key
+        if sse.sse == "aws:kms":
+            assert head.get("SSEKMSKeyId") == KMS_KEY, key
+
+
+def _every_store_operation(store: S3Store, bucket: str) -> None:
+    """Each public S3Store operation once, including those the write path above does not use."""
+    store.head_bucket(bucket)
+    etag = store.put_object(bucket, "ops/src", b"x" * 10)
+    upload = store.create_multipart_upload(bucket, "ops/dst")
+    part = store.upload_part_copy(bucket, "ops/dst", upload, 1, source_key="ops/src", source_etag=etag)
+    parts = [part if isinstance(part, CompletedPart) else CompletedPart(1, part)]
+    list(store.list_parts(bucket, "ops/dst", upload))
+    store.complete_multipart_upload(bucket, "ops/dst", upload, parts)
+    upload2 = store.create_multipart_upload(bucket, "ops/aborted")
+    store.upload_part(bucket, "ops/aborted", upload2, 1, b"y", crc32_b64(b"y"))
+    list(store.list_multipart_uploads(bucket, "ops/"))
+    store.abort_multipart_upload(bucket, "ops/aborted", upload2)
+    store.copy_object(bucket, "ops/copy", source_key="ops/src", source_etag=etag)
+    store.get_object(bucket, "ops/copy")
+    store.head_object(bucket, "ops/copy")
+    list(store.list_objects(bucket, "ops/"))
+    list(store.list_children(bucket, "ops/"))
+    store.delete_object(bucket, "ops/copy")
+    store.delete_objects(bucket, ["ops/src", "ops/dst"])
+
+
+def test_encryption_and_owner_headers_are_on_the_wire(backend):
+    """The same, seen by the proxy as HTTP headers: every request names the bucket owner; every write that
+    creates an object asks for encryption."""
+    with FaultProxy(backend.endpoint_url, record_headers=True) as proxy:
+        options = _with_backend(backend, SSE_CASES[1].values[0], endpoint_url=proxy.endpoint_url)
+        bucket = backend.new_bucket("mpc-sec")
+        job = Job.create(f"s3://{bucket}/t", s3=options)
+        job.commit([_stage_and_write(job, 0)])
+        seen = list(proxy.headers)
+    assert seen
+    for cls, headers in seen:
+        assert headers.get("x-amz-expected-bucket-owner") == OWNER, cls
+        if cls in ("PutObject", "CreateMultipartUpload", "CopyObject"):
+            assert headers.get("x-amz-server-side-encryption") == "aws:kms", cls
+            assert headers.get("x-amz-server-side-encryption-aws-kms-key-id") == KMS_KEY, cls
+        if cls in ("CopyObject", "UploadPartCopy"):
+            assert headers.get("x-amz-source-expected-bucket-owner") == OWNER, cls
+
+
+# ---------------------------------------------------------------- credentials never leak
+ACCESS_KEY = "AKIAMPCCANARY7Q3XZ01"
+SECRET_KEY = "mpcCanarySecret+7Qz/xX3wLr9Vb2Tn8Ks5Hd1"
+SESSION_TOKEN = "mpcCanaryToken//IQoJb3JpZ2luX2VjE3Xz9Kw"
+CANARIES = (ACCESS_KEY, SECRET_KEY, SESSION_TOKEN)
+
+
+def _leaks(text: str) -> list[str]:
+    return [c for c in CANARIES if c in text or c.encode().hex() in text]
+
+
+def _exception_text(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(exc)) + repr(exc) + str(exc)
+
+
+def test_credentials_never_appear_in_records_success_logs_or_errors(backend, caplog):
+    caplog.set_level(logging.DEBUG, logger="mpcommit")
+    caplog.set_level(logging.INFO)
+    options = dataclasses.replace(backend.options, access_key_id=ACCESS_KEY, secret_access_key=SECRET_KEY,
+                                  session_token=SESSION_TOKEN, retry=FAST)
+    bucket = backend.new_bucket("mpc-sec")
+    uri = f"s3://{bucket}/t"
+    errors: list[BaseException] = []
+    texts: list[str] = [repr(options), str(options)]
+
+    job = Job.create(uri, mode="overwrite", s3=options)
+    texts += [repr(job), repr(job.spec), str(job.spec)]
+    try:
+        _stage_and_write(job, 0, fail=True)
+    except RuntimeError as exc:
+        errors.append(exc)
+    refs = [_stage_and_write(job, 0, 1), _stage_and_write(job, 1)]
+    texts += [r.to_bytes().decode() for r in refs] + [repr(r) for r in refs] + [pickle.dumps(r).hex() for r in refs]
+    with faults.installed(faults.fail_at("commit.before_success")):
+        try:
+            job.commit(refs)
+        except MpcommitError as exc:
+            errors.append(exc)
+    # Every record the job wrote (descriptor, manifests, journal, staged files) while they all exist.
+    records = {k: read_object(backend.client, bucket, k) for k in all_keys(backend.client, bucket, "")}
+    assert any(k.endswith("journal.json") for k in records) and any("/tasks/" in k for k in records)
+    recover(job.destination, s3=options)
+    records.update({k: read_object(backend.client, bucket, k) for k in all_keys(backend.client, bucket, "")})
+    assert "t/_SUCCESS" in records
+
+    # Failure paths whose messages name requests, endpoints and buckets -- never the credentials.
+    for action in (
+        lambda: Job.create(f"s3://mpc-no-such-bucket-{free_port()}/t", s3=options),
+        lambda: Job.create(uri, s3=dataclasses.replace(options, endpoint_url=f"http://127.0.0.1:{free_port()}", connect_timeout=1)),
+        lambda: Job.open(uri, "00000000-0000-4000-8000-000000000000", s3=options),
+        lambda: job.commit(refs),
+    ):
+        with pytest.raises(Exception) as info:
+            action()
+        errors.append(info.value)
+    with FaultProxy(backend.endpoint_url, default=FaultRule(1.0, (Fault.INVALID_ACCESS_KEY,)), record_headers=True) as proxy:
+        with pytest.raises(MpcommitError) as info:
+            Job.create(uri, mode="append", s3=dataclasses.replace(options, endpoint_url=proxy.endpoint_url))
+        errors.append(info.value)
+        wire = [str(h) for _c, h in proxy.headers]
+
+    assert len(errors) == 7
+    leaks = {f"record {k}": _leaks(v.decode("utf-8", "replace") + v.hex()) for k, v in records.items()}
+    leaks |= {f"text {i}": _leaks(t) for i, t in enumerate(texts)}
+    leaks |= {f"error {type(e).__name__}": _leaks(_exception_text(e)) for e in errors}
+    leaks |= {f"log {r.name}:{r.levelname}": _leaks(r.getMessage() + (r.exc_text or "")) for r in caplog.records}
+    assert {where: found for where, found in leaks.items() if found} == {}
+    assert any(r.name.startswith("mpcommit") for r in caplog.records) or caplog.records == []
+    # On the wire the access key id (in Authorization) and the session token are sent by design; the secret never.
+    assert not any(SECRET_KEY in h for h in wire) and any(ACCESS_KEY in h for h in wire)
+
+
+def test_the_job_spec_carries_credentials_to_workers_but_never_shows_them(backend):
+    """Workers need the credentials (the spec is pickled to them); its text forms must not show them."""
+    options = dataclasses.replace(backend.options, access_key_id=ACCESS_KEY, secret_access_key=SECRET_KEY,
+                                  session_token=SESSION_TOKEN)
+    job = Job.create(f"s3://{backend.new_bucket('mpc-sec')}/t", s3=options)
+    assert pickle.loads(pickle.dumps(job.spec)).s3.secret_access_key == SECRET_KEY
+    for text in (repr(job.spec), str(job.spec), repr(job), repr(options), repr(Destination("b", "t"))):
+        assert _leaks(text) == [], text
