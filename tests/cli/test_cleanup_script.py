@@ -1,0 +1,90 @@
+"""scripts/cleanup_orphaned_uploads.py, run as cron would run it: no terminal, logs on stderr, exit status."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import time
+
+from tests.support.checks import pending_uploads
+
+from .conftest import SCRIPT, cli_env, start_uploads
+from .conftest import cleanup_script as run_script
+
+
+def test_logs_every_action_and_a_summary_per_destination(moto_backend):
+    cleanup_script = run_script(moto_backend)
+    backend = moto_backend
+    bucket = backend.new_bucket()
+    start_uploads(backend.client, bucket, ["a/1", "a/2", "b/1"], with_part=True)
+    start_uploads(backend.client, bucket, ["a2/keep"])
+
+    dry = cleanup_script("--older-than", "1h", "--dry-run", f"s3://{bucket}/a", f"s3://{bucket}/b")
+    assert dry.returncode == 0, dry
+    assert len(re.findall(r" INFO would abort s3://\S+/(a|b)/\d ", dry.stderr)) == 3
+    assert len(pending_uploads(backend.client, bucket, "")) == 4
+
+    result = cleanup_script("--older-than", "1h", "--json", f"s3://{bucket}/a", f"s3://{bucket}/b")
+    assert result.returncode == 0, result
+    aborted = re.findall(r"^\S+Z INFO aborted s3://(\S+) upload=\S+ bytes=(\d+) job=-$", result.stderr, re.M)
+    assert sorted(k for k, _ in aborted) == [f"{bucket}/a/1", f"{bucket}/a/2", f"{bucket}/b/1"]
+    assert {b for _, b in aborted} == {"1000"}
+    summaries = re.findall(r"summary (\S+) \(done\): listed=(\d+) selected=(\d+) aborted=(\d+) bytes_freed=(\d+)",
+                           result.stderr)
+    assert summaries == [(f"s3://{bucket}/a/", "2", "2", "2", "2000"), (f"s3://{bucket}/b/", "1", "1", "1", "1000")]
+    assert [d["aborted"] for d in result.json()["destinations"]] == [2, 1]
+    assert [k for k, _ in pending_uploads(backend.client, bucket, "")] == ["a2/keep"]
+
+    again = cleanup_script("--older-than", "1h", f"s3://{bucket}/a")  # hourly: the next run finds nothing
+    assert again.returncode == 0 and "aborted=0" in again.stderr, again
+
+
+def test_refuses_to_run_without_an_age_or_a_job(moto_backend):
+    cleanup_script = run_script(moto_backend)
+    result = cleanup_script(f"s3://{moto_backend.new_bucket()}/a")
+    assert result.returncode == 2 and "--older-than" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_two_cleaners_at_once_share_the_work_without_errors(moto_backend):
+    backend = moto_backend
+    bucket = backend.new_bucket()
+    start_uploads(backend.client, bucket, [f"t/f{i:03d}" for i in range(120)])
+    command = [sys.executable, str(SCRIPT), "--endpoint-url", backend.endpoint_url, "--older-than", "1h",
+               "--threads", "4", f"s3://{bucket}/t"]
+    runs = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(),
+                             stdin=subprocess.DEVNULL) for _ in range(2)]
+    outputs = [p.communicate(timeout=120) for p in runs]
+    assert [p.returncode for p in runs] == [0, 0], outputs
+    aborted = sum(len(re.findall(r" INFO aborted ", err)) for _, err in outputs)
+    vanished = sum(len(re.findall(r" INFO vanished ", err)) for _, err in outputs)
+    assert aborted == 120  # each upload aborted exactly once; the other cleaner saw it vanish, or never saw it
+    assert vanished <= 120
+    assert pending_uploads(backend.client, bucket, "t") == []
+
+
+def test_sigint_stops_cleanly_and_reports_what_was_done(moto_backend):
+    backend = moto_backend
+    bucket = backend.new_bucket()
+    start_uploads(backend.client, bucket, [f"t/f{i:03d}" for i in range(200)])
+    p = subprocess.Popen([sys.executable, str(SCRIPT), "--endpoint-url", backend.endpoint_url, "--older-than", "1h",
+                          "--threads", "1", f"s3://{bucket}/t"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env=cli_env(), stdin=subprocess.DEVNULL)
+    lines = []
+    assert p.stderr is not None
+    deadline = time.monotonic() + 60
+    for line in p.stderr:  # wait until it is aborting, then interrupt it
+        lines.append(line)
+        if " INFO aborted " in line or time.monotonic() > deadline:
+            break
+    p.send_signal(signal.SIGINT)
+    rest, _ = p.stderr.read(), p.wait(timeout=60)
+    log = "".join(lines) + rest
+    assert p.returncode == 1, log
+    assert "received SIGINT" in log and "Traceback" not in log
+    aborted = len(re.findall(r" INFO aborted ", log))
+    summary = re.search(r"summary \S+ \(interrupted\): .* aborted=(\d+) .* not_done=(\d+)", log)
+    assert summary, log
+    assert int(summary.group(1)) == aborted and 1 <= aborted < 200
+    assert len(pending_uploads(backend.client, bucket, "t")) == 200 - aborted == int(summary.group(2))

@@ -1,0 +1,246 @@
+"""The ``mpcommit`` console script, run in a subprocess: output contracts, exit codes, bad input."""
+
+from __future__ import annotations
+
+import os
+import pty
+import subprocess
+import uuid
+
+import pytest
+
+from mpcommit import Job
+from mpcommit.cli.main import main
+from mpcommit.lifecycle import RULE_ID
+from tests.support.checks import pending_uploads
+
+from .conftest import Run, assert_clean_error, cli, cli_env, data_key, mpcommit_command, run, start_uploads
+
+
+def test_sibling_prefixes_are_folders_unless_string_prefix_is_asked_for(backend, bucket):
+    mpcommit = cli(backend)
+    client = backend.client
+    start_uploads(client, bucket, ["data1/a", "data1/b/c", "data10/a", "data1x"])
+
+    listed = mpcommit("uploads", "list", f"s3://{bucket}/data1", "--json")
+    assert listed.returncode == 0, listed
+    doc = listed.json()
+    assert sorted(u["key"] for u in doc["uploads"]) == ["data1/a", "data1/b/c"]
+    assert doc["count"] == 2 and doc["bytes"] == 0
+
+    wide = mpcommit("uploads", "list", f"s3://{bucket}/data1", "--string-prefix", "--json").json()
+    assert sorted(u["key"] for u in wide["uploads"]) == ["data1/a", "data1/b/c", "data10/a", "data1x"]
+
+    aborted = mpcommit("uploads", "abort", f"s3://{bucket}/data1", "--older-than", "0s", "--yes", "--json")
+    assert aborted.returncode == 0, aborted
+    assert aborted.json()["aborted"] == 2
+    assert sorted(k for k, _ in pending_uploads(client, bucket, "", exact_prefix=True)) == ["data10/a", "data1x"]
+
+
+def test_list_prints_a_table_with_totals_for_people(moto_backend):
+    mpcommit = cli(moto_backend)
+    backend = moto_backend
+    bucket = backend.new_bucket()
+    job_id = str(uuid.uuid4())
+    start_uploads(backend.client, bucket, [data_key("t", job_id), "t/loose.bin"], with_part=True)
+    result = mpcommit("uploads", "list", f"s3://{bucket}/t")
+    assert result.returncode == 0, result
+    assert f"part-00000-{job_id}.c000.txt" in result.stdout and job_id in result.stdout
+    assert "2 uploads" in result.stdout and "2.0 kB" in result.stdout
+    assert result.stderr == ""  # no progress bars when stderr is not a terminal
+    empty = mpcommit("uploads", "list", f"s3://{bucket}/nothing-here")
+    assert empty.returncode == 0 and "No pending uploads" in empty.stdout
+
+
+def test_abort_refuses_without_a_selection_or_someone_to_confirm(moto_backend):
+    mpcommit = cli(moto_backend)
+    backend = moto_backend
+    bucket = backend.new_bucket()
+    start_uploads(backend.client, bucket, ["t/a"])
+    no_selection = mpcommit("uploads", "abort", f"s3://{bucket}/t", "--yes")
+    assert_clean_error(no_selection, 2, "--older-than", "--job")
+    no_terminal = mpcommit("uploads", "abort", f"s3://{bucket}/t", "--older-than", "1s")  # stdin is /dev/null
+    assert_clean_error(no_terminal, 2, "--yes")
+    assert len(pending_uploads(backend.client, bucket, "t")) == 1
+
+
+@pytest.mark.parametrize("answer, code, left", [("n", 1, 1), ("y", 0, 0)])
+def test_abort_asks_on_a_terminal(moto_backend, answer, code, left):
+    backend = moto_backend
+    bucket = backend.new_bucket()
+    start_uploads(backend.client, bucket, ["t/a"])
+    controller, terminal = pty.openpty()
+    try:
+        p = subprocess.Popen([*mpcommit_command(), "--endpoint-url", backend.endpoint_url, "uploads", "abort",
+                              f"s3://{bucket}/t", "--older-than", "1s"], stdin=terminal, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, env=cli_env(), text=True)
+        os.write(controller, f"{answer}\n".encode())
+        out, err = p.communicate(timeout=60)
+    finally:
+        os.close(controller)
+        os.close(terminal)
+    assert p.returncode == code, (out, err)
+    assert "Abort 1 upload(s)" in err
+    assert "t/a" in out  # the plan is shown before the question
+    assert len(pending_uploads(backend.client, bucket, "t")) == left
+
+
+def test_dry_run_changes_nothing(backend, bucket):
+    mpcommit = cli(backend)
+    before = sorted(start_uploads(backend.client, bucket, [f"t/f{i}" for i in range(5)], with_part=True))
+    result = mpcommit("uploads", "abort", f"s3://{bucket}/t", "--older-than", "0s", "--dry-run", "--json")
+    assert result.returncode == 0, result
+    doc = result.json()
+    assert doc["dryRun"] and doc["selected"] == 5 and doc["selectedBytes"] == 5000 and doc["aborted"] == 0
+    assert {r["outcome"] for r in doc["results"]} == {"would_abort"}
+    assert sorted(pending_uploads(backend.client, bucket, "t")) == before
+    if backend.name == "moto":  # the text for people once is enough
+        text = mpcommit("uploads", "abort", f"s3://{bucket}/t", "--older-than", "0s", "--dry-run")
+        assert "Dry run: would abort 5 upload(s)" in text.stdout and "Nothing was changed" in text.stdout
+    assert sorted(pending_uploads(backend.client, bucket, "t")) == before
+
+
+def test_lifecycle_rule_is_merged_with_existing_rules_and_idempotent(backend, bucket):
+    mpcommit = cli(backend)
+    client = backend.client
+    existing = [
+        {"ID": "expire-logs", "Status": "Enabled", "Filter": {"Prefix": "logs/"}, "Expiration": {"Days": 30}},
+        {"ID": "tmp-uploads", "Status": "Enabled", "Filter": {"Prefix": "tmp/"},
+         "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 1}},
+    ]
+    client.put_bucket_lifecycle_configuration(Bucket=bucket, LifecycleConfiguration={"Rules": existing})
+    shown = mpcommit("lifecycle", bucket)
+    assert shown.returncode == 0 and "No enabled rule aborts" in shown.stdout, shown
+
+    def rules() -> dict[str, dict]:
+        return {r["ID"]: r for r in client.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]}
+
+    added = mpcommit("lifecycle", f"s3://{bucket}", "--abort-incomplete-days", "7", "--json")
+    assert added.returncode == 0, added
+    assert added.json()["change"] == "added" and added.json()["rulesAfter"] == 3
+    after = rules()
+    assert set(after) == {"expire-logs", "tmp-uploads", RULE_ID}
+    assert after["expire-logs"]["Expiration"] == {"Days": 30}
+    assert after["tmp-uploads"]["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 1}
+    assert after[RULE_ID]["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 7}
+
+    again = mpcommit("lifecycle", bucket, "--abort-incomplete-days", "7")
+    assert again.returncode == 0 and "nothing changed" in again.stdout, again
+    assert rules() == after
+
+    changed = mpcommit("lifecycle", bucket, "--abort-incomplete-days", "3", "--json").json()
+    assert changed["change"] == "updated"
+    final = rules()
+    assert set(final) == set(after) and final[RULE_ID]["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 3}
+    assert final["expire-logs"] == after["expire-logs"]
+    shown = mpcommit("lifecycle", bucket, "--json").json()
+    assert {r["id"]: r["days"] for r in shown["abortIncompleteRules"]} == {"tmp-uploads": 1, RULE_ID: 3}
+
+
+
+def test_show_prints_the_success_summary(moto_backend):
+    mpcommit = cli(moto_backend)
+    backend = moto_backend
+    bucket = backend.new_bucket()
+    job = Job.create(f"s3://{bucket}/t", s3=backend.options)
+    with job.spec.task(0, 0) as task:
+        for dt in ("2024-01-01", "2024-01-02"):
+            with task.create(partition=f"dt={dt}", ext="csv") as out:
+                out.write(b"a,b\n1,2\n")
+                out.rows = 2
+        result = task.commit()
+    report = job.commit([result])
+
+    text = mpcommit("show", f"s3://{bucket}/t")
+    assert text.returncode == 0, text
+    for needle in (job.job_id, "append", "dt=2024-01-01", "Files", "16 B", "Rows", report.filenames[0]):
+        assert needle in text.stdout, (needle, text.stdout)
+    doc = mpcommit("show", f"s3://{bucket}/t", "--json").json()
+    assert doc["name"] == "mpcommit.SuccessData/1" and doc["jobId"] == job.job_id and doc["files"] == 2
+    assert sorted(doc["filenames"]) == sorted(report.filenames)
+
+    missing = mpcommit("show", f"s3://{bucket}/elsewhere")
+    assert_clean_error(missing, 1, "_SUCCESS")
+    backend.client.put_object(Bucket=bucket, Key="hadoop/_SUCCESS", Body=b"")
+    assert_clean_error(mpcommit("show", f"s3://{bucket}/hadoop"), 1, "empty file")
+
+
+def test_jobs_list_recover_and_abort_on_moto(moto_backend):
+    mpcommit = cli(moto_backend)
+    backend = moto_backend
+    bucket = backend.new_bucket()
+    uri = f"s3://{bucket}/t"
+    job = Job.create(uri, s3=backend.options)
+    with job.spec.task(0, 0) as task:
+        with task.create(partition="dt=1", ext="txt") as out:
+            out.write(b"x\n")
+        task.commit()
+    listed = mpcommit("jobs", "list", uri, "--json")
+    assert listed.returncode == 0, listed
+    [status] = listed.json()["jobs"]
+    assert (status["jobId"], status["state"], status["pendingUploads"], status["pendingBytes"]) == (job.job_id, "writing", 1, 2)
+    assert job.job_id in mpcommit("jobs", "list", uri).stdout
+
+    # A writing job is left alone by recover unless it is old enough or named.
+    kept = mpcommit("jobs", "recover", uri, "--older-than", "1h", "--json")
+    assert kept.returncode == 0 and [a["action"] for a in kept.json()["actions"]] == ["skipped"], kept
+    assert_clean_error(mpcommit("jobs", "abort", uri, "--job", job.job_id), 2, "--yes")
+    aborted = mpcommit("jobs", "abort", uri, "--job", job.job_id, "--yes")
+    assert aborted.returncode == 0 and "aborted 1 upload(s)" in aborted.stdout, aborted
+    assert pending_uploads(backend.client, bucket, "t") == []
+    assert mpcommit("jobs", "list", uri, "--json").json()["jobs"] == []
+    assert_clean_error(mpcommit("jobs", "abort", uri, "--job", job.job_id, "--yes"), 1, "no job")
+    assert_clean_error(mpcommit("jobs", "recover", uri, "--job", job.job_id), 1, "no job")
+
+
+BAD_INPUT = [
+    # (arguments, exit code, words the message must contain)
+    (["uploads", "list", "s3://{bucket}/t", "--older-than", "5x"], 2, ["not a duration", "30m"]),
+    (["uploads", "abort", "s3://{bucket}/t", "--older-than", "-3d", "--yes"], 2, ["not a duration"]),
+    (["uploads", "list", "/tmp/data"], 2, ["not an S3 URI"]),
+    (["uploads", "list", "http://{bucket}/t"], 2, ["not an S3 URI"]),
+    (["uploads", "abort", "s3://{bucket}/t", "--job", "not-a-job", "--yes"], 2, ["not an mpcommit job id"]),
+    (["lifecycle", "{bucket}", "--abort-incomplete-days", "0"], 2, ["--abort-incomplete-days"]),
+    (["lifecycle", "s3://{bucket}/some/prefix"], 2, ["whole bucket"]),
+    (["uploads", "list", "s3://no-such-bucket-{suffix}/t"], 1, ["NoSuchBucket", "does not exist"]),
+    (["lifecycle", "no-such-bucket-{suffix}"], 1, ["NoSuchBucket"]),
+    (["jobs", "list", "s3://no-such-bucket-{suffix}/t"], 1, ["NoSuchBucket"]),
+    (["--endpoint-url", "localhost:1", "uploads", "list", "s3://{bucket}/t"], 2, ["http://"]),
+    (["--profile", "no-such-profile", "uploads", "list", "s3://{bucket}/t"], 2, ["no-such-profile"]),
+    (["no-such-command"], 2, ["No such command"]),
+]
+
+
+#: These few also run as real processes: the rest go through the same ``main()`` in this process (faster).
+IN_A_PROCESS = {0, 2, 7, 11}
+
+
+def test_bad_input_gets_a_clear_message_and_the_right_exit_code(moto_backend, capsys, monkeypatch):
+    bucket = moto_backend.new_bucket()
+    suffix = uuid.uuid4().hex[:8]
+    # No credentials anywhere: a clear message, not a botocore traceback.
+    bare = {k: v for k, v in cli_env().items() if k not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+    result = run([*mpcommit_command(), "--endpoint-url", moto_backend.endpoint_url, "uploads", "list",
+                  f"s3://{bucket}/t"], env=bare)
+    assert_clean_error(result, 1, "no usable credentials", "AWS_ACCESS_KEY_ID")
+    for name in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(name)
+    for name, value in cli_env().items():
+        if name.startswith("AWS_"):
+            monkeypatch.setenv(name, value)
+    failures = []
+    for n, (args, code, needles) in enumerate(BAD_INPUT):
+        argv = ["--endpoint-url", moto_backend.endpoint_url, *(a.format(bucket=bucket, suffix=suffix) for a in args)]
+        if n in IN_A_PROCESS:
+            result = run([*mpcommit_command(), *argv])
+        else:
+            returncode = main(argv)
+            captured = capsys.readouterr()
+            result = Run(["main", *argv], returncode, captured.out, captured.err)
+        try:
+            assert_clean_error(result, code, *needles)
+            assert len(result.stderr.strip().splitlines()) <= 4, "a short message, not a wall of text"
+            assert result.stdout == "", "nothing on stdout"
+        except AssertionError as exc:
+            failures.append(f"{exc}\n{result}")
+    assert not failures, "\n\n".join(failures)
