@@ -17,8 +17,9 @@ from typing import Any
 
 import boto3
 from botocore.config import Config
+from botocore.exceptions import BotoCoreError
 
-from ..errors import ChecksumMismatchError, NoSuchBucketError, NoSuchKeyError, NoSuchUploadError, StoreError
+from ..errors import ChecksumMismatchError, NoSuchBucketError, NoSuchKeyError, NoSuchUploadError, StoreError, UsageError
 from ..options import S3Options
 from .errors import translate
 from .retry import call_with_retry
@@ -316,6 +317,16 @@ def store_for(options: S3Options) -> S3Store:
 
 
 def _make_client(options: S3Options) -> Any:
+    """A boto3 client for ``options``. A profile that does not exist or a malformed endpoint is the caller's
+    configuration mistake: it surfaces as UsageError, not as a raw botocore exception."""
+    try:
+        return _session_client(options)
+    except (BotoCoreError, ValueError) as exc:
+        raise UsageError(f"cannot set up an S3 client: {exc} (check --profile/AWS_PROFILE and --endpoint-url/"
+                         "AWS_ENDPOINT_URL)") from exc
+
+
+def _session_client(options: S3Options) -> Any:
     session = boto3.session.Session(
         profile_name=options.profile,
         aws_access_key_id=options.access_key_id,
