@@ -159,6 +159,9 @@ def test_completes_applied_but_never_answered_leave_an_unknown_outcome_that_reco
         with pytest.raises(CommitStateUnknownError, match="recover") as info:
             run_job_in_process(scene, options=through(proxy, backend, IMPATIENT))
     assert isinstance(info.value.__cause__, RetriesExhaustedError)
+    # The server did complete: the message must not claim otherwise (it says some files may be visible).
+    assert "may be visible" in str(info.value) and "nothing of this job became visible" not in str(info.value)
+    assert set(dataset(scene.client, scene.bucket, "t")) & set(EXPECTED)
     check_old_data_whole(scene.client, scene.bucket, OLD)  # I5: no delete before every new file is complete
     assert set(dataset(scene.client, scene.bucket, "t")) - set(OLD) <= set(EXPECTED)
     with small_delete_batches():

@@ -33,8 +33,9 @@ def call_with_retry(fn: Callable[[], T], *, policy: RetryPolicy, describe: str) 
         attempts = exc.last_attempt.attempt_number
         assert isinstance(last, TransientStoreError)
         raise RetriesExhaustedError(
+            # No claim about visibility here: the caller knows whether this happened before or after a commit.
             f"{describe} still failed after {attempts} attempts: {last}. The store is throttling or unavailable; "
-            "nothing of this job became visible. Retry later, or raise S3Options.retry.max_attempts.",
+            "retry later, or raise S3Options.retry.max_attempts.",
             operation=last.operation,
             code=last.code,
             bucket=last.bucket,
