@@ -19,9 +19,10 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from . import faults
 from .errors import (
@@ -38,8 +39,11 @@ from .layout import Destination, JobPaths, is_hidden_key, job_id_of_key
 from .modes import CommitOutcome, PartitionOverwrite, WriteMode
 from .records.job import CommitJournal, DeleteEntry, JobDescriptor
 from .records.manifest import PendingUpload, StagedFile, TaskManifest, TaskResult, merge_rows
-from .records.success import SuccessData
+from .records.success import PartitionStats, SuccessData
 from .store.s3 import DELETE_BATCH, CompletedPart, S3Store
+
+if TYPE_CHECKING:
+    from .catalog.base import CatalogResult
 
 log = logging.getLogger(__name__)
 
@@ -65,18 +69,25 @@ class CommitReport:
     aborted_uploads: int = 0
     deleted_objects: int = 0
     ignored: bool = False
+    #: Per partition ("" for the root): files, bytes and rows this commit made visible (catalog statistics).
+    partition_stats: Mapping[str, PartitionStats] = field(default_factory=dict)
+    #: What a catalog registration after the commit did (``Job.commit(..., table=...)``), else None.
+    catalog: "CatalogResult | None" = None
 
     @property
     def files(self) -> int:
         return len(self.filenames)
 
     def summary(self) -> dict[str, object]:
-        return {
+        out: dict[str, object] = {
             "jobId": self.job_id, "uri": self.uri, "mode": self.mode, "outcome": self.outcome.value,
             "files": self.files, "bytes": self.bytes, "rows": self.rows, "partitions": len(self.partitions),
             "abortedUploads": self.aborted_uploads, "deletedObjects": self.deleted_objects,
             "ignored": self.ignored, "timings": {k: round(v, 4) for k, v in self.timings.items()},
         }
+        if self.catalog is not None:
+            out["catalog"] = self.catalog.summary()
+        return out
 
 
 @dataclass(frozen=True)
@@ -206,6 +217,8 @@ class JobCommitter:
         total_bytes = 0
         rows: list[int | None] = []
         partitions: set[str] = set()
+        # Per partition: [files, bytes, row counts] -- the catalog's statistics, from the commit itself.
+        per_partition: dict[str, tuple[int, int, list[int | None]]] = {}
 
         def manifests() -> Iterator[TaskManifest]:
             for key in journal.winners:
@@ -225,6 +238,9 @@ class JobCommitter:
             total_bytes += item.size
             rows.append(item.rows)
             partitions.add(item.partition)
+            files_in, bytes_in, rows_in = per_partition.get(item.partition, (0, 0, []))
+            rows_in.append(item.rows)
+            per_partition[item.partition] = (files_in + 1, bytes_in + item.size, rows_in)
 
         done = _run_bounded(self.threads, uploads(), self._place, on_done=account,
                             progress=lambda n: self.progress("complete", n, 0))
@@ -248,6 +264,7 @@ class JobCommitter:
             filenames=tuple(filenames), bytes=total_bytes, rows=merge_rows(rows),
             partitions=tuple(sorted(p for p in partitions if p)), timings={k: round(v, 4) for k, v in timings.items()},
             hostname=socket.gethostname(), purpose=journal.purpose,
+            partition_stats={p: PartitionStats(n, b, merge_rows(r)) for p, (n, b, r) in sorted(per_partition.items())},
         )
         faults.checkpoint("commit.before_success")
         self.progress("success", 0, 1)
@@ -264,6 +281,7 @@ class JobCommitter:
             job_id=self.job_id, uri=self.destination.uri, mode=success.mode, outcome=CommitOutcome.COMMITTED,
             filenames=success.filenames, bytes=success.bytes, rows=success.rows, partitions=success.partitions,
             timings=timings, aborted_uploads=aborted, deleted_objects=deleted,
+            partition_stats=dict(success.partition_stats or {}),
         )
 
     def _place(self, item: PendingUpload | StagedFile) -> PendingUpload | StagedFile:

@@ -15,10 +15,12 @@ import threading
 import time
 from collections.abc import Sequence
 
+from .catalog.base import Catalog, TableName
+from .catalog.sync import register_commit, resolve_catalog
 from .commit import DEFAULT_COMMIT_THREADS, AbortReport, CommitReport, JobCommitter, ProgressHook
-from .errors import DestinationExistsError, JobStateError, PreconditionFailedError
+from .errors import DestinationExistsError, JobStateError, PreconditionFailedError, UsageError
 from .layout import HIDDEN_ROOT, Destination, JobPaths, check_job_id, new_job_id, parse_uri
-from .modes import PartitionOverwrite, WriteMode
+from .modes import CommitOutcome, PartitionOverwrite, WriteMode
 from .options import S3Options, WriterSettings
 from .records.job import DeleteEntry, JobDescriptor
 from .records.manifest import TaskResult
@@ -122,14 +124,30 @@ class Job:
         return cls(spec, descriptor, store=store, commit_threads=commit_threads)
 
     def commit(self, results: Sequence[TaskResult], *, extra_timings: dict[str, float] | None = None,
-               delete: Sequence[DeleteEntry] = ()) -> CommitReport:
+               delete: Sequence[DeleteEntry] = (), table: str | TableName | None = None,
+               catalog: Catalog | str | None = None) -> CommitReport:
         """Complete exactly the given attempts (one per task id), abort every other upload of the job, apply
-        the mode, write ``_SUCCESS`` and remove the job's records."""
+        the mode, write ``_SUCCESS`` and remove the job's records.
+
+        With ``table`` ("db.name"), the partitions and statistics the commit made visible are then registered
+        in ``catalog`` (a :class:`~mpcommit.catalog.Catalog`, or "glue", the default), and the report's
+        ``catalog`` says what changed. That happens only after the data commit succeeded; if it fails, the
+        data stays committed and CatalogRegistrationError (carrying this report) names the partitions the
+        catalog does not show and the ``mpcommit catalog sync`` command that finishes.
+        """
+        if table is None and catalog is not None:
+            raise UsageError("job.commit(catalog=...) needs table='db.name' to register into")
+        # Checked before anything is committed: a misspelt name or catalog is a usage error, not a partial commit.
+        target = TableName.parse(table) if table is not None else None
+        resolved = resolve_catalog(catalog, s3=self.spec.s3) if target is not None else None
         self._enter("commit")
         timings = {"write": time.monotonic() - self.created_at}
         timings.update(extra_timings or {})
-        return self._committer.commit(self.descriptor, list(results), ignored=self.ignored, extra_timings=timings,
-                                      delete=delete)
+        report = self._committer.commit(self.descriptor, list(results), ignored=self.ignored, extra_timings=timings,
+                                        delete=delete)
+        if target is None or resolved is None or report.outcome is not CommitOutcome.COMMITTED:
+            return report
+        return register_commit(report, table=target, catalog=resolved)
 
     def abort(self, *, force: bool = False) -> AbortReport:
         """Abort every upload of this job and remove its records; nothing of it is visible afterwards."""

@@ -1,0 +1,37 @@
+"""Catalog registration after a commit: Hive-style partitions and their basic statistics.
+
+    report = job.commit(results, table="sales.orders")                   # AWS Glue (the default)
+    report = job.commit(results, table="sales.orders", catalog=SparkSqlCatalog(spark))
+
+The catalog is updated only after the data commit succeeded; when it fails, the data stays committed and
+CatalogRegistrationError names the partitions not registered and the ``mpcommit catalog sync`` command that
+registers them from ``_SUCCESS``. See docs/CATALOG.md.
+"""
+
+from .base import (
+    Catalog,
+    CatalogAccessDeniedError,
+    CatalogError,
+    CatalogRegistrationError,
+    CatalogRequestError,
+    CatalogResult,
+    PartitionColumnsMismatchError,
+    PartitionStats,
+    Registration,
+    RegistrationMode,
+    TableLocationMismatchError,
+    TableName,
+    TableNotFoundError,
+    TransientCatalogError,
+    UnsupportedTableError,
+)
+from .glue import GlueCatalog
+from .spark_catalog import SparkSqlCatalog
+from .sync import register_commit, resolve_catalog, sync
+
+__all__ = [
+    "Catalog", "CatalogAccessDeniedError", "CatalogError", "CatalogRegistrationError", "CatalogRequestError",
+    "CatalogResult", "GlueCatalog", "PartitionColumnsMismatchError", "PartitionStats", "Registration",
+    "RegistrationMode", "SparkSqlCatalog", "TableLocationMismatchError", "TableName", "TableNotFoundError",
+    "TransientCatalogError", "UnsupportedTableError", "register_commit", "resolve_catalog", "sync",
+]
