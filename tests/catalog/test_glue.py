@@ -41,6 +41,7 @@ def test_new_partitions_are_added_with_location_storage_and_statistics(moto_back
 
     assert report.outcome is CommitOutcome.COMMITTED
     assert report.catalog is not None and report.catalog.created == ("dt=2024-01-01", "dt=2024-01-02")
+    assert report.summary()["catalog"]["created"] == 2 and report.timings["catalog"] >= 0
     found = partitions(glue_client, database, "events")
     assert set(found) == {"2024-01-01", "2024-01-02"}
     first = found["2024-01-01"]
@@ -256,16 +257,28 @@ def test_a_table_located_elsewhere_is_refused(glue, glue_client, database):
 
 
 class CountingClient:
-    """Counts calls per operation (and can fail the first ``throttle`` calls of one with ThrottlingException)."""
+    """Counts calls per operation, can fail the first ``throttle`` calls of one with ThrottlingException, and
+    pages GetPartitions by ``page`` partitions (moto answers with one page)."""
 
-    def __init__(self, real: Any, *, throttle: tuple[str, int] | None = None):
+    def __init__(self, real: Any, *, throttle: tuple[str, int] | None = None, page: int = 40):
         self._real = real
         self.meta = real.meta
         self.calls: dict[str, list[dict[str, Any]]] = {}
         self._throttle = dict([throttle]) if throttle else {}
+        self._page = page
+
+    def _get_partitions(self, **params: Any) -> Any:
+        token = int(params.pop("NextToken", "0"))
+        params.pop("MaxResults", None)
+        everything = [p for page in self._real.get_paginator("get_partitions").paginate(**params)
+                      for p in page["Partitions"]]
+        answer: dict[str, Any] = {"Partitions": everything[token : token + self._page]}
+        if token + self._page < len(everything):
+            answer["NextToken"] = str(token + self._page)
+        return answer
 
     def __getattr__(self, name: str) -> Any:
-        method = getattr(self._real, name)
+        method = self._get_partitions if name == "get_partitions" else getattr(self._real, name)
 
         def call(**params: Any) -> Any:
             self.calls.setdefault(name, []).append(params)
@@ -290,9 +303,10 @@ def test_batches_respect_the_api_limits_and_throttling_is_retried(moto_backend, 
     assert [len(c["PartitionInputList"]) for c in creates] == [100, 100, 30]  # the first was throttled, then retried
     assert len(partitions(glue_client, database, "t")) == 130
 
-    # A static overwrite with none of them: every partition is dropped, 25 per BatchDeletePartition.
+    # A static overwrite with none of them: every partition, read across pages, is dropped, 25 per call.
     result = catalog.register(TableName(database, "t"), Registration("s3://bucket/t", "job-2", RegistrationMode.OVERWRITE, {}))
     assert len(result.dropped) == 130
+    assert [c.get("NextToken") for c in counting.calls["get_partitions"]] == [None, "40", "80", "120"]
     assert [len(c["PartitionsToDelete"]) for c in counting.calls["batch_delete_partition"]] == [25] * 5 + [5]
     assert partitions(glue_client, database, "t") == {}
 

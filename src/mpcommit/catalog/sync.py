@@ -10,6 +10,7 @@ destination (the one its ``_SUCCESS`` describes), so run it before the next writ
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -64,8 +65,10 @@ def register_commit(report: CommitReport, *, table: "TableName | str", catalog: 
     Raises CatalogRegistrationError (carrying ``report``) when the catalog does not fully show the commit.
     """
     registration = Registration.from_report(report)
+    started = time.monotonic()
     result = _register(catalog, TableName.parse(table), registration, report=report)
-    return dataclasses.replace(report, catalog=result)
+    return dataclasses.replace(report, catalog=result,
+                               timings={**report.timings, "catalog": time.monotonic() - started})
 
 
 def sync(uri: str, *, table: "TableName | str", catalog: Catalog, s3: S3Options | None = None,
