@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pty
+import signal
 import subprocess
+import threading
+import time
 import uuid
 
 import pytest
@@ -42,10 +46,11 @@ def test_list_prints_a_table_with_totals_for_people(moto_backend):
     backend = moto_backend
     bucket = backend.new_bucket()
     job_id = str(uuid.uuid4())
-    start_uploads(backend.client, bucket, [data_key("t", job_id), "t/loose.bin"], with_part=True)
+    start_uploads(backend.client, bucket, [data_key("t", job_id), "t/[x] loose.bin"], with_part=True)
     result = mpcommit("uploads", "list", f"s3://{bucket}/t")
     assert result.returncode == 0, result
     assert f"part-00000-{job_id}.c000.txt" in result.stdout and job_id in result.stdout
+    assert "t/[x] loose.bin" in result.stdout  # keys are data, not markup
     assert "2 uploads" in result.stdout and "2.0 kB" in result.stdout
     assert result.stderr == ""  # no progress bars when stderr is not a terminal
     empty = mpcommit("uploads", "list", f"s3://{bucket}/nothing-here")
@@ -244,3 +249,42 @@ def test_bad_input_gets_a_clear_message_and_the_right_exit_code(moto_backend, ca
         except AssertionError as exc:
             failures.append(f"{exc}\n{result}")
     assert not failures, "\n\n".join(failures)
+
+
+def test_ctrl_c_stops_an_abort_cleanly_and_reports_what_was_done(moto_backend, capsys, monkeypatch):
+    """A real SIGINT to this process while ``main()`` aborts: the first one asks for a clean stop."""
+    backend = moto_backend
+    bucket = backend.new_bucket()
+    start_uploads(backend.client, bucket, [f"t/f{i:03d}" for i in range(300)])
+    for name, value in cli_env().items():
+        if name.startswith("AWS_"):
+            monkeypatch.setenv(name, value)
+    late: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: late.append(signum))  # a SIGINT after main()
+    done = threading.Event()
+
+    def interrupt_once_aborting() -> None:
+        while not done.is_set():
+            if len(pending_uploads(backend.client, bucket, "t")) < 300:
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=interrupt_once_aborting, daemon=True)
+    watcher.start()
+    try:
+        code = main(["--endpoint-url", backend.endpoint_url, "uploads", "abort", f"s3://{bucket}/t",
+                     "--older-than", "1s", "--yes", "--threads", "1", "--json"])
+    finally:
+        done.set()
+        watcher.join(timeout=30)
+        signal.signal(signal.SIGINT, previous)
+    captured = capsys.readouterr()
+    if late:
+        pytest.skip("the abort finished before the interrupt arrived")
+    report = json.loads(captured.out)
+    assert code == 1, captured
+    assert report["cancelled"] and not report["ok"]
+    assert "interrupted" in captured.err
+    assert 1 <= report["aborted"] < 300 and report["aborted"] + report["notDone"] == 300
+    assert len(pending_uploads(backend.client, bucket, "t")) == report["notDone"]

@@ -106,16 +106,20 @@ def destination(uri: str) -> Destination:
 
 # ---------------------------------------------------------------- output
 def out_console() -> Console:
-    """Tables for people on stdout. When stdout is not a terminal, a wide fixed width keeps rows on one line."""
-    console = Console(highlight=False)
+    """Tables for people on stdout. When stdout is not a terminal, a wide fixed width keeps rows on one line.
+
+    Markup is off: keys, prefixes and rule ids are data and may contain ``[...]``; style with ``style=`` or
+    :class:`rich.text.Text` instead.
+    """
+    console = Console(highlight=False, markup=False)
     if not console.is_terminal:
-        console = Console(highlight=False, width=int(os.environ.get("COLUMNS", "0") or 0) or 220)
+        console = Console(highlight=False, markup=False, width=int(os.environ.get("COLUMNS", "0") or 0) or 220)
     return console
 
 
 def err_console() -> Console:
-    """Progress, prompts and messages on stderr."""
-    return Console(stderr=True, highlight=False)
+    """Progress, prompts and messages on stderr (markup off, as on stdout)."""
+    return Console(stderr=True, highlight=False, markup=False)
 
 
 def print_json(document: Any) -> None:

@@ -9,6 +9,7 @@ from dataclasses import replace
 import click
 from rich import box
 from rich.table import Table
+from rich.text import Text
 
 from ..commit import JobCommitter
 from ..errors import JobStateError, NoSuchKeyError
@@ -88,7 +89,7 @@ def list_command(ctx: click.Context, uri: str, as_json: bool) -> None:
     styles = {JobState.COMMITTING: "bold yellow", JobState.COMMITTED: "green"}
     for s in statuses:
         cells = {
-            "Job": s.job_id, "State": f"[{styles[s.state]}]{s.state.value}[/]" if s.state in styles else s.state.value,
+            "Job": s.job_id, "State": Text(s.state.value, style=styles.get(s.state, "")),
             "Purpose": s.purpose or "?", "Mode": s.mode or "?", "Created": human_time(s.created_ms),
             "Age": human_age(s.age_seconds(now)), "Records": f"{s.records:,}", "Uploads": f"{s.pending_uploads:,}",
             "Bytes": human_bytes(s.pending_bytes),
@@ -126,7 +127,7 @@ def recover_command(ctx: click.Context, uri: str, job_id: str | None, older_than
         actions.append(a)
         if not as_json:
             style = {"failed": "bold red", "skipped": "dim"}.get(a.action, "")
-            out.print(f"[{style}]{a.action:<12}[/] {a.job_id}  {a.detail}" if style else f"{a.action:<12} {a.job_id}  {a.detail}")
+            out.print(Text.assemble((f"{a.action:<12}", style), f" {a.job_id}  {a.detail}"))
 
     with ProgressBars() as progress, progress.status(f"Recovering jobs under {dest.uri}"):
         recover(dest, store=store, job_id=job_id, older_than=older_than, on_action=on_action)

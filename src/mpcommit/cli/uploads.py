@@ -228,7 +228,7 @@ def _print_report(out, report: CleanupReport) -> None:  # noqa: ANN001 - rich Co
         out.print(f"Skipped {len(report.skipped):,} upload(s): {report.skipped[0].detail}.")
     _print_protected(out, plan)
     if report.failed:
-        out.print(f"[bold red]Failed[/] to abort {len(report.failed):,} upload(s): {report.failed[0].detail}")
+        out.print(f"Failed to abort {len(report.failed):,} upload(s): {report.failed[0].detail}", style="bold red")
     if report.not_done:
         why = "interrupted" if report.cancelled else "stopped after the failure"
         out.print(f"{why.capitalize()}: {len(report.not_done):,} selected upload(s) were not attempted; run again "
