@@ -1,0 +1,52 @@
+"""Reading what a Spark write committed, with readers independent of mpcommit (pyarrow's C++ S3 client)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pytest
+
+from tests.support.checks import pending_uploads, visible_keys
+
+#: Marks of every Spark test module: the ``spark`` marker, and quiet about pyspark's pandas-version warning.
+SPARK_MARKS = [
+    pytest.mark.spark,
+    pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning"),
+]
+
+
+def s3_filesystem(endpoint_url: str) -> Any:
+    """pyarrow's S3 filesystem on one endpoint (the harness's credentials); paths are ``bucket/key``."""
+    from urllib.parse import urlsplit
+
+    from pyarrow import fs
+
+    return fs.S3FileSystem(access_key="test", secret_key="test", region="us-east-1", scheme="http",
+                           endpoint_override=urlsplit(endpoint_url).netloc)
+
+
+def read_table(fs: Any, bucket: str, prefix: str, *, fmt: Any = "parquet", partitions: pa.Schema | None = None,
+               schema: pa.Schema | None = None) -> pa.Table:
+    """The table under ``bucket/prefix`` as pyarrow's dataset reader sees it (Hive partitions decoded)."""
+    partitioning = ds.partitioning(partitions, flavor="hive") if partitions is not None else None
+    dataset = ds.dataset(f"{bucket}/{prefix}", filesystem=fs, format=fmt, partitioning=partitioning, schema=schema)
+    return dataset.to_table()
+
+
+def sorted_rows(table: pa.Table, by: str = "id", columns: list[str] | None = None) -> list[dict]:
+    table = table.select(columns) if columns else table
+    return table.sort_by(by).to_pylist()
+
+
+def data_keys(client: Any, bucket: str, prefix: str) -> set[str]:
+    """Visible data files (no _SUCCESS, nothing hidden)."""
+    return visible_keys(client, bucket, prefix)
+
+
+def assert_clean(client: Any, bucket: str, prefix: str) -> None:
+    """No pending upload and no job records left behind."""
+    assert pending_uploads(client, bucket, prefix) == []
+    listed = client.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/_temporary/")
+    assert listed.get("KeyCount", 0) == 0, f"job records left: {[o['Key'] for o in listed.get('Contents', [])]}"
