@@ -30,7 +30,7 @@ from types import FrameType
 
 import click
 
-from mpcommit.cli.common import DURATION, JOB_ID, S3URI
+from mpcommit.cli.common import DURATION, JOB_ID, S3URI, human_age
 from mpcommit.errors import MpcommitError, UsageError
 from mpcommit.options import S3Options
 from mpcommit.store.s3 import store_for
@@ -118,7 +118,7 @@ def command(uris: tuple[str, ...], older_than: float | None, job_id: str | None,
             continue
         scope = UploadScope.parse(uri, string_prefix=string_prefix)
         log.info("cleaning %s: %s%s%s", scope.describe(),
-                 f"older than {older_than:g}s" if older_than is not None else "",
+                 f"older than {human_age(older_than)}" if older_than is not None else "",
                  " and " if older_than is not None and job_id else "", f"of job {job_id}" if job_id else "")
         try:
             report = cleanup(store, scope, older_than=older_than, job_id=job_id, dry_run=dry_run, threads=threads,

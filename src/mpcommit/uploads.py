@@ -297,12 +297,14 @@ def _common_directory(keys: Iterable[str]) -> str:
 
 
 def find_owning_jobs(store: S3Store, bucket: str, uploads: Sequence[InProgressUpload], *,
-                     cancel: threading.Event | None = None, progress: ProgressHook | None = None) -> dict[str, OwningJob]:
+                     threads: int = DEFAULT_THREADS, cancel: threading.Event | None = None,
+                     progress: ProgressHook | None = None) -> dict[str, OwningJob]:
     """For each job id carried by ``uploads``, the job's records, if it still has any.
 
     A job's destination is an ancestor of all its keys; it is probed from the nearest (the keys' common
     directory) upwards, one small listing per level, until ``_temporary/mpcommit/JOBID/`` is found. A job
     without records (committed, aborted, or its driver's records removed) is an orphan and is left out.
+    Jobs are probed in parallel. Raises OperationCancelledError when ``cancel`` is set before the end.
     """
     keys_by_job: dict[str, list[str]] = defaultdict(list)
     newest_upload: dict[str, datetime] = {}
@@ -316,22 +318,35 @@ def find_owning_jobs(store: S3Store, bucket: str, uploads: Sequence[InProgressUp
             root_hint[job_id] = root
         if u.initiated is not None and (job_id not in newest_upload or u.initiated > newest_upload[job_id]):
             newest_upload[job_id] = u.initiated
-    jobs: dict[str, OwningJob] = {}
+    job_ids = sorted(keys_by_job)
+    # Shared by the probing threads; a race only costs a second read of the same _SUCCESS.
     success_cache: dict[str, SuccessData | None] = {}
-    total = len(keys_by_job)
-    for n, (job_id, keys) in enumerate(sorted(keys_by_job.items()), 1):
-        if cancel is not None and cancel.is_set():
-            raise OperationCancelledError("cancelled while reading job records; nothing was changed")
-        candidates = [root_hint[job_id]] if job_id in root_hint else _ancestors(_common_directory(keys))
+
+    def probe(index: int) -> OwningJob | None:
+        job_id = job_ids[index]
+        candidates = [root_hint[job_id]] if job_id in root_hint else _ancestors(_common_directory(keys_by_job[job_id]))
         for root in candidates:
             destination = Destination(bucket, root.rstrip("/"))
             records = list(store.list_objects(bucket, JobPaths(destination, job_id).root))
             if records:
-                jobs[job_id] = _job_from_records(store, destination, job_id, records, newest_upload.get(job_id),
-                                                 success_cache)
-                break
+                return _job_from_records(store, destination, job_id, records, newest_upload.get(job_id), success_cache)
+        return None
+
+    jobs: dict[str, OwningJob] = {}
+    probed = 0
+
+    def collect(_index: int, future: Future[OwningJob | None]) -> bool:
+        nonlocal probed
+        found = future.result()
+        if found is not None:
+            jobs[found.job_id] = found
+        probed += 1
         if progress:
-            progress("jobs", n, total)
+            progress("jobs", probed, len(job_ids))
+        return True
+
+    if not _parallel(range(len(job_ids)), probe, collect, threads=threads, cancel=cancel):
+        raise OperationCancelledError("cancelled while reading job records; nothing was changed")
     return jobs
 
 
@@ -586,7 +601,7 @@ def cleanup(
         report.listed = len(listed)
         # Jobs are looked up after the uploads were listed: a job's records are written before its first
         # upload, so every job owning a listed upload is seen if it is alive.
-        jobs = find_owning_jobs(store, scope.bucket, listed, cancel=cancel, progress=progress)
+        jobs = find_owning_jobs(store, scope.bucket, listed, threads=threads, cancel=cancel, progress=progress)
     except OperationCancelledError:
         report.cancelled = True
         report.seconds = time.monotonic() - t0

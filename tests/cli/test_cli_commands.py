@@ -255,7 +255,7 @@ def test_ctrl_c_stops_an_abort_cleanly_and_reports_what_was_done(moto_backend, c
     """A real SIGINT to this process while ``main()`` aborts: the first one asks for a clean stop."""
     backend = moto_backend
     bucket = backend.new_bucket()
-    start_uploads(backend.client, bucket, [f"t/f{i:03d}" for i in range(300)])
+    start_uploads(backend.client, bucket, [f"t/f{i:03d}" for i in range(120)])
     for name, value in cli_env().items():
         if name.startswith("AWS_"):
             monkeypatch.setenv(name, value)
@@ -265,7 +265,7 @@ def test_ctrl_c_stops_an_abort_cleanly_and_reports_what_was_done(moto_backend, c
 
     def interrupt_once_aborting() -> None:
         while not done.is_set():
-            if len(pending_uploads(backend.client, bucket, "t")) < 300:
+            if len(pending_uploads(backend.client, bucket, "t")) < 120:
                 os.kill(os.getpid(), signal.SIGINT)
                 return
             time.sleep(0.02)
@@ -286,5 +286,5 @@ def test_ctrl_c_stops_an_abort_cleanly_and_reports_what_was_done(moto_backend, c
     assert code == 1, captured
     assert report["cancelled"] and not report["ok"]
     assert "interrupted" in captured.err
-    assert 1 <= report["aborted"] < 300 and report["aborted"] + report["notDone"] == 300
+    assert 1 <= report["aborted"] < 120 and report["aborted"] + report["notDone"] == 120
     assert len(pending_uploads(backend.client, bucket, "t")) == report["notDone"]
