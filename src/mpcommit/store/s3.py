@@ -127,8 +127,12 @@ class S3Store:
     def upload_part_copy(
         self, bucket: str, key: str, upload_id: str, number: int, *,
         source_key: str, source_etag: str, byte_range: tuple[int, int] | None = None, source_bucket: str | None = None,
-    ) -> str:
-        """Server-side copy of a source (or its inclusive byte range) into a part, pinned by the source's ETag."""
+    ) -> CompletedPart:
+        """Server-side copy of a source (or its inclusive byte range) into a part, pinned by the source's ETag.
+
+        Returns the part with the CRC32 that S3 computed for it: uploads are created with a CRC32 checksum, and
+        S3 then refuses a complete that lacks any part's checksum (moto does not check; LocalStack and AWS do).
+        """
         params: dict[str, Any] = {
             "Bucket": bucket, "Key": key, "UploadId": upload_id, "PartNumber": number,
             "CopySource": {"Bucket": source_bucket or bucket, "Key": source_key},
@@ -137,7 +141,8 @@ class S3Store:
         if byte_range is not None:
             params["CopySourceRange"] = f"bytes={byte_range[0]}-{byte_range[1]}"
         response = self._call("upload_part_copy", bucket=bucket, key=key, **params)
-        return str(response["CopyPartResult"]["ETag"])
+        result = response["CopyPartResult"]
+        return CompletedPart(number, str(result["ETag"]), result.get("ChecksumCRC32") or None)
 
     def complete_multipart_upload(self, bucket: str, key: str, upload_id: str, parts: Sequence[CompletedPart]) -> str:
         listed = []
@@ -169,8 +174,14 @@ class S3Store:
                 yield UploadInfo(u["Key"], u["UploadId"], u.get("Initiated"))
             if not page.get("IsTruncated"):
                 return
-            params["KeyMarker"] = page.get("NextKeyMarker", "")
-            params["UploadIdMarker"] = page.get("NextUploadIdMarker", "")
+            markers = (page.get("NextKeyMarker") or "", page.get("NextUploadIdMarker") or "")
+            if markers == (params.get("KeyMarker", ""), params.get("UploadIdMarker", "")):
+                # A server that says "truncated" without moving its markers would make this loop forever.
+                raise StoreError(
+                    f"listing uploads of s3://{bucket}/{prefix} did not advance past {markers}: the server "
+                    "paginates incorrectly", operation="list_multipart_uploads", code="BadPagination", bucket=bucket,
+                )
+            params["KeyMarker"], params["UploadIdMarker"] = markers
 
     def list_parts(self, bucket: str, key: str, upload_id: str) -> Iterator[tuple[int, int, str]]:
         """(part number, size, etag) of every part uploaded so far."""
