@@ -37,7 +37,7 @@ from .errors import (
 )
 from .layout import Destination, JobPaths, is_hidden_key, job_id_of_key
 from .modes import CommitOutcome, PartitionOverwrite, WriteMode
-from .records.job import CommitJournal, DeleteEntry, JobDescriptor
+from .records.job import CommitJournal, DeleteEntry, JobDescriptor, MergedFile
 from .records.manifest import PendingUpload, StagedFile, TaskManifest, TaskResult, merge_rows
 from .records.success import PartitionStats, SuccessData
 from .store.s3 import DELETE_BATCH, CompletedPart, S3Store
@@ -119,9 +119,11 @@ class JobCommitter:
 
     # ------------------------------------------------------------ commit
     def commit(self, descriptor: JobDescriptor, results: Sequence[TaskResult], *, ignored: bool = False,
-               extra_timings: dict[str, float] | None = None, delete: Sequence[DeleteEntry] = ()) -> CommitReport:
+               extra_timings: dict[str, float] | None = None, delete: Sequence[DeleteEntry] = (),
+               merged: Sequence[MergedFile] = ()) -> CommitReport:
         """``delete`` names objects (pinned by ETag) to remove once every new file is complete: the sources
-        of a compaction."""
+        of a compaction. ``merged`` names files merged from the winners' staged files (a commit-time merge):
+        they are completed instead of moving those staged files in."""
         t0 = time.monotonic()
         timings: dict[str, float] = dict(extra_timings or {})
         by_task = self._check_results(results)
@@ -132,16 +134,23 @@ class JobCommitter:
         # Validate every manifest before anything is completed (I7): a bad one must stop the commit while its
         # outcome is still "not committed". Referenced (large) manifests are read here once and again when
         # completing, so that the driver never holds all of them at once.
+        winner_keys: set[str] = set()
+        staged_keys: set[str] = set()
         try:
             for r in by_task.values():
                 if r.manifest is not None:
                     r.manifest.validate(destination=self.destination, job_id=self.job_id, where=r.manifest_key)
+                    manifest = r.manifest
                 else:
-                    self._read_manifest(r.manifest_key)
+                    manifest = self._read_manifest(r.manifest_key)
+                if merged:  # only then are the keys worth holding
+                    winner_keys.update(u.key for u in manifest.uploads)
+                    staged_keys.update(f.key for f in manifest.staged)
         except ManifestError:
             raise
         except MpcommitError as exc:
             raise CommitFailedError(f"job {self.job_id} was not committed, nothing was made visible: {exc}") from exc
+        _check_merged(merged, staged_keys=staged_keys, keys=winner_keys | staged_keys, job_id=self.job_id)
         timings["validate"] = time.monotonic() - t0
 
         partitions = sorted({p for r in by_task.values() for p in r.partitions})
@@ -153,7 +162,12 @@ class JobCommitter:
             replace=_replace_scope(descriptor.mode, descriptor.partition_overwrite, partitions),
             purpose=descriptor.purpose,
             delete=tuple(delete),
+            merged=tuple(merged),
         )
+        try:
+            journal.validate_merged()
+        except ManifestError as exc:
+            raise ProtocolError(f"job {self.job_id} was not committed: {exc}") from exc
         try:
             self.store.put_object(self.destination.bucket, self.paths.journal, journal.to_bytes())
         except MpcommitError as exc:
@@ -225,10 +239,15 @@ class JobCommitter:
                 m = inline.get(key)
                 yield m if m is not None else self._read_manifest(key)
 
+        merged_sources = {key for m in journal.merged for key in m.sources}
+
         def uploads() -> Iterator[PendingUpload | StagedFile]:
             for m in manifests():
                 yield from m.uploads
-                yield from m.staged
+                # Staged files merged at commit time are not moved in: their merged file is completed instead.
+                yield from (f for f in m.staged if f.key not in merged_sources)
+            for merged_file in journal.merged:
+                yield merged_file.upload
 
         def account(item: PendingUpload | StagedFile) -> None:
             nonlocal total_bytes
@@ -424,6 +443,25 @@ class JobCommitter:
         aborted += self._abort_listed_uploads()
         deleted = self._remove_records(journal_first=False)
         return aborted, deleted
+
+
+def _check_merged(merged: Sequence[MergedFile], *, staged_keys: set[str], keys: set[str], job_id: str) -> None:
+    """Before the journal: every merged source must be a staged file of a winner, and a merged file may only
+    take the name of one of its own sources (which then is not moved in)."""
+    names = [m.upload.key for m in merged]
+    if len(set(names)) != len(names):
+        raise ProtocolError(f"job {job_id} was not committed: two merged files share a key")
+    for m in merged:
+        missing = [k for k in m.sources if k not in staged_keys]
+        if missing:
+            raise ProtocolError(
+                f"job {job_id} was not committed: merged file {m.upload.key!r} names {missing[0]!r}, which is not a "
+                "staged file of the committed task attempts"
+            )
+        if m.upload.key in keys and m.upload.key not in m.sources:
+            raise ProtocolError(
+                f"job {job_id} was not committed: merged file {m.upload.key!r} would replace another file of the job"
+            )
 
 
 def _replace_scope(mode: WriteMode, overwrite: PartitionOverwrite, partitions: Sequence[str]) -> tuple[str, ...]:

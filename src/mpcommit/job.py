@@ -22,7 +22,7 @@ from .errors import DestinationExistsError, JobStateError, PreconditionFailedErr
 from .layout import HIDDEN_ROOT, Destination, JobPaths, check_job_id, new_job_id, parse_uri
 from .modes import CommitOutcome, PartitionOverwrite, WriteMode
 from .options import S3Options, WriterSettings
-from .records.job import DeleteEntry, JobDescriptor
+from .records.job import DeleteEntry, JobDescriptor, MergedFile
 from .records.manifest import TaskResult
 from .store.s3 import S3Store, store_for
 from .task import JobSpec
@@ -125,7 +125,7 @@ class Job:
 
     def commit(self, results: Sequence[TaskResult], *, extra_timings: dict[str, float] | None = None,
                delete: Sequence[DeleteEntry] = (), table: str | TableName | None = None,
-               catalog: Catalog | str | None = None) -> CommitReport:
+               catalog: Catalog | str | None = None, merged: Sequence[MergedFile] = ()) -> CommitReport:
         """Complete exactly the given attempts (one per task id), abort every other upload of the job, apply
         the mode, write ``_SUCCESS`` and remove the job's records.
 
@@ -134,6 +134,9 @@ class Job:
         ``catalog`` says what changed. That happens only after the data commit succeeded; if it fails, the
         data stays committed and CatalogRegistrationError (carrying this report) names the partitions the
         catalog does not show and the ``mpcommit catalog sync`` command that finishes.
+
+        ``merged``: files merged at commit time from the results' staged files (see
+        :mod:`mpcommit.compaction.commit_merge`); completed in place of those staged files.
         """
         if table is None and catalog is not None:
             raise UsageError("job.commit(catalog=...) needs table='db.name' to register into")
@@ -144,7 +147,7 @@ class Job:
         timings = {"write": time.monotonic() - self.created_at}
         timings.update(extra_timings or {})
         report = self._committer.commit(self.descriptor, list(results), ignored=self.ignored, extra_timings=timings,
-                                        delete=delete)
+                                        delete=delete, merged=merged)
         if target is None or resolved is None or report.outcome is not CommitOutcome.COMMITTED:
             return report
         return register_commit(report, table=target, catalog=resolved)
