@@ -182,8 +182,9 @@ def test_mostly_one_partition_streams_without_spilling(tmp_path) -> None:  # noq
 
 def test_more_partitions_than_open_writers_falls_back_to_sorted_writes(tmp_path) -> None:  # noqa: ANN001
     tracker = Tracker()
+    # A tiny spill buffer, so that set-aside rows go to disk many times before the sorted write.
     w = PartitionedWriter(fmt=make_format("parquet"), open_sink=tracker.open, partition_columns=["k"],
-                          max_open_writers=3, spill_dir=str(tmp_path))
+                          max_open_writers=3, spill_dir=str(tmp_path), spill_buffer_bytes=500)
     keys = [f"p{i % 37:02d}" for i in range(37 * 20)]  # 37 partitions, interleaved row by row
     for start in range(0, len(keys), 100):
         w.write(batch_of(keys[start:start + 100], start=start))
@@ -259,11 +260,14 @@ def test_bounds_are_checked() -> None:
     batch_size=st.integers(1, 40),
     max_open=st.integers(1, 5),
     max_records=st.integers(0, 9),
+    spill_buffer=st.integers(1, 400),
 )
-def test_every_row_lands_once_in_its_partition_in_order(keys, batch_size, max_open, max_records, tmp_path) -> None:  # noqa: ANN001
+def test_every_row_lands_once_in_its_partition_in_order(keys, batch_size, max_open, max_records, spill_buffer,  # noqa: ANN001
+                                                        tmp_path) -> None:  # noqa: ANN001
     tracker = Tracker()
     w = PartitionedWriter(fmt=make_format("parquet"), open_sink=tracker.open, partition_columns=["k"],
-                          max_open_writers=max_open, max_records_per_file=max_records, spill_dir=str(tmp_path))
+                          max_open_writers=max_open, max_records_per_file=max_records, spill_dir=str(tmp_path),
+                          spill_buffer_bytes=spill_buffer)
     for start in range(0, len(keys), batch_size):
         w.write(batch_of(keys[start:start + batch_size], start=start))
     stats = w.close()
