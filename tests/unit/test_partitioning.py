@@ -84,7 +84,8 @@ class Tracker:
 
 
 def batch_of(keys: list, start: int = 0, name: str = "k") -> pa.RecordBatch:
-    return pa.record_batch({name: keys, "seq": list(range(start, start + len(keys)))})
+    # Typed explicitly: a batch of only nulls would otherwise be inferred as Arrow's null type.
+    return pa.record_batch({name: pa.array(keys, pa.string()), "seq": pa.array(range(start, start + len(keys)), pa.int64())})
 
 
 # ---------------------------------------------------------------- split_batch
