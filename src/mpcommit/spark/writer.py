@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from ..commit import DEFAULT_COMMIT_THREADS, CommitReport
+from ..compaction.commit_merge import BinJob, BinOutcome, Runner, StagingSink, merge_at_commit, run_bin
+from ..compaction.planner import MergePolicy
 from ..errors import CommitStateUnknownError, ProtocolError, UsageError
 from ..formats import make_format
 from ..formats.base import FileFormat
@@ -39,6 +41,7 @@ from ..layout import parse_uri
 from ..modes import PartitionOverwrite, WriteMode
 from ..options import S3Options, WriterSettings
 from ..partitioning import DEFAULT_MAX_OPEN_WRITERS, PartitionedWriter, data_schema, resolve_partition_columns
+from ..records.job import MergedFile
 from ..records.manifest import TaskResult
 from ..task import JobSpec
 
@@ -65,6 +68,8 @@ class _TaskPlan:
     max_open_writers: int
     max_records_per_file: int
     task_hook: TaskHook | None = None
+    #: With a merge policy: files that stay below one part are staged for the commit-time merge.
+    stage_small: bool = False
 
 
 def write(
@@ -75,7 +80,7 @@ def write(
     mode: str | WriteMode = "error",
     partition_by: str | list[str] | tuple[str, ...] | None = None,
     partition_overwrite: str | PartitionOverwrite = "static",
-    merge: Any = None,
+    merge: MergePolicy | None = None,
     options: Mapping[str, Any] | None = None,
     s3: S3Options | None = None,
     max_open_writers: int = DEFAULT_MAX_OPEN_WRITERS,
@@ -91,16 +96,17 @@ def write(
     ``options``: PySpark's writer option names -- ``compression``, ``header``, ``sep``, ``lineSep``,
     ``maxRecordsPerFile`` ... ``max_open_writers``: partition files one task keeps open before it writes the
     rest sorted by partition (see :mod:`mpcommit.partitioning` for the memory bound). ``s3``: how to reach
-    the store (default: boto3's usual sources). ``merge`` is reserved for small-file merging and must be None
-    in this version.
+    the store (default: boto3's usual sources). ``merge``: a :class:`~mpcommit.compaction.MergePolicy` to
+    merge small files before they become visible (Hive's rule per partition: average below
+    ``small_file_avg``, merged up to ``target_size``); tasks then stage files that stay below one part, and
+    the merges run as a Spark stage before the commit (see :mod:`mpcommit.compaction.commit_merge`).
 
     The report gives the job id, the committed files, bytes, rows, partitions and timings (``write``: creating
-    the job to the last task's result; ``commit``: the job commit).
+    the job to the last task's result; ``merge``: the commit-time merge; ``commit``: the job commit).
     """
-    if merge is not None:
+    if merge is not None and not isinstance(merge, MergePolicy):
         raise UsageError(
-            "merge is not supported by this version of mpcommit.spark.write yet: pass merge=None "
-            "(or compact afterwards with `mpcommit compact`)"
+            f"merge must be None or a MergePolicy (from mpcommit.compaction import MergePolicy), got {merge!r}"
         )
     _check_dataframe(df)
     fmt_options = dict(options or {})
@@ -124,7 +130,7 @@ def write(
         return job.commit([])
 
     plan = _TaskPlan(spec=job.spec, fmt=fmt, partition_columns=columns, max_open_writers=max_open_writers,
-                     max_records_per_file=max_records, task_hook=_task_hook)
+                     max_records_per_file=max_records, task_hook=_task_hook, stage_small=merge is not None)
 
     def run_task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return _write_task(plan, batches)
@@ -137,15 +143,44 @@ def write(
         _abort_quietly(job)
         raise
 
+    merged: tuple[MergedFile, ...] = ()
+    merge_timing: dict[str, float] = {}
+    if merge is not None:
+        try:
+            merges = merge_at_commit(job, results, merge, csv_header=getattr(fmt, "header", None),
+                                     runner=_spark_runner(df, job))
+        except BaseException:
+            _abort_quietly(job)
+            raise
+        merged = merges.merged
+        merge_timing = {"merge": merges.seconds}
+        for key, why in merges.skipped:
+            log.warning("job %s: files for %s not merged (%s); committed as they are", job.job_id, key, why)
+
     t = time.monotonic()
     try:
-        report = job.commit(results)
+        report = job.commit(results, merged=merged)
     except CommitStateUnknownError:
         raise  # some files may be visible: never clean up, `mpcommit jobs recover` finishes it
     except BaseException:
         _abort_quietly(job)
         raise
-    return dataclasses.replace(report, timings={**report.timings, "commit": time.monotonic() - t})
+    return dataclasses.replace(report, timings={**report.timings, **merge_timing, "commit": time.monotonic() - t})
+
+
+def _spark_runner(df: "DataFrame", job: Job) -> Runner | None:
+    """Run the merge bins as a Spark stage, one task per bin, so that the work spreads over the cluster.
+    None without a SparkContext (Spark Connect): the bins then run on the driver's threads."""
+    try:
+        sc = df.sparkSession.sparkContext
+    except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext
+        return None
+
+    def run(bins: list[BinJob]) -> list[BinOutcome]:
+        with _job_description(df, f"mpcommit: merge {len(bins)} bins of small files (job {job.job_id})"):
+            return sc.parallelize(bins, len(bins)).map(run_bin).collect()
+
+    return run
 
 
 # ---------------------------------------------------------------- in the Spark task (executor)
@@ -159,9 +194,17 @@ def _write_task(plan: _TaskPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[
     task_id, attempt = context.partitionId(), context.attemptNumber()
     fmt = plan.fmt
     with plan.spec.task(task_id, attempt) as task:
+        if plan.stage_small:
+            limit = plan.spec.writer.initial_part_size
+
+            def open_sink(path: str, ext: str) -> Any:
+                return StagingSink(task, path, ext, limit=limit, content_type=fmt.content_type)
+        else:
+            def open_sink(path: str, ext: str) -> Any:
+                return task.create(path, ext, content_type=fmt.content_type)
         out = PartitionedWriter(
             fmt=fmt,
-            open_sink=lambda path, ext: task.create(path, ext, content_type=fmt.content_type),
+            open_sink=open_sink,
             partition_columns=plan.partition_columns,
             max_open_writers=plan.max_open_writers,
             max_records_per_file=plan.max_records_per_file,
