@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from ..catalog import Catalog, CatalogRegistrationError, TableName, resolve_catalog
 from ..commit import DEFAULT_COMMIT_THREADS, CommitReport
 from ..compaction.commit_merge import BinJob, BinOutcome, Runner, StagingSink, merge_at_commit, run_bin
 from ..compaction.planner import MergePolicy
@@ -86,6 +87,8 @@ def write(
     max_open_writers: int = DEFAULT_MAX_OPEN_WRITERS,
     commit_threads: int = DEFAULT_COMMIT_THREADS,
     writer: WriterSettings | None = None,
+    table: str | None = None,
+    catalog: Catalog | str | None = None,
     _task_hook: TaskHook | None = None,
 ) -> CommitReport:
     """Write ``df`` to ``uri`` (``s3://``, ``s3a://`` or ``s3n://``) and commit it; return the commit report.
@@ -100,6 +103,9 @@ def write(
     merge small files before they become visible (Hive's rule per partition: average below
     ``small_file_avg``, merged up to ``target_size``); tasks then stage files that stay below one part, and
     the merges run as a Spark stage before the commit (see :mod:`mpcommit.compaction.commit_merge`).
+    ``table``: "db.name" to register the committed partitions and their statistics in, after the commit, in
+    ``catalog`` (default: the DataFrame's session catalog; "glue", or a :class:`~mpcommit.catalog.Catalog`);
+    see docs/CATALOG.md.
 
     The report gives the job id, the committed files, bytes, rows, partitions and timings (``write``: creating
     the job to the last task's result; ``merge``: the commit-time merge; ``commit``: the job commit).
@@ -109,6 +115,11 @@ def write(
             f"merge must be None or a MergePolicy (from mpcommit.compaction import MergePolicy), got {merge!r}"
         )
     _check_dataframe(df)
+    if catalog is not None and table is None:
+        raise UsageError("write(catalog=...) needs table='db.name' to register into")
+    if table is not None:  # before any task runs: a bad name or catalog must not cost a written-then-aborted job
+        TableName.parse(table)
+        catalog = resolve_catalog(catalog if catalog is not None else "spark", s3=s3, spark=df.sparkSession)
     fmt_options = dict(options or {})
     max_records = _pop_max_records(fmt_options)
     fmt = make_format(format, fmt_options)
@@ -159,9 +170,11 @@ def write(
 
     t = time.monotonic()
     try:
-        report = job.commit(results, merged=merged)
+        report = job.commit(results, merged=merged, table=table, catalog=catalog)
     except CommitStateUnknownError:
         raise  # some files may be visible: never clean up, `mpcommit jobs recover` finishes it
+    except CatalogRegistrationError:
+        raise  # the data is committed; the error names the `mpcommit catalog sync` that finishes
     except BaseException:
         _abort_quietly(job)
         raise
