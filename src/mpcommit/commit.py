@@ -349,16 +349,24 @@ class JobCommitter:
         if not journal.replace and not journal.delete:
             return 0
         bucket = self.destination.bucket
-        doomed: list[str] = []
+        older: list[tuple[str | None, str]] = []
+        later_jobs: set[str] = set()
         for rel in journal.replace:
             prefix = f"{self.destination.root}{rel}/" if rel else self.destination.root
             for obj in self.store.list_objects(bucket, prefix):
-                if is_hidden_key(self.destination, obj.key) or job_id_of_key(self.destination, obj.key) == self.job_id:
+                owner = job_id_of_key(self.destination, obj.key)
+                if is_hidden_key(self.destination, obj.key) or owner == self.job_id:
                     continue
                 # Objects newer than the journal belong to a later job: a late recovery must not remove them.
                 if cutoff is not None and obj.last_modified is not None and obj.last_modified > cutoff:  # type: ignore[operator]
+                    if owner is not None:
+                        later_jobs.add(owner)
                     continue
-                doomed.append(obj.key)
+                older.append((owner, obj.key))
+        # S3 stamps a multipart object with the time its upload *started*, so a concurrent job whose writes
+        # straddle the journal has files on both sides of the cutoff. Decide per job, never per file: one
+        # newer file marks a later job, and all of its files stay (no committed job loses part of its data).
+        doomed = [key for owner, key in older if owner is None or owner not in later_jobs]
         for entry in journal.delete:
             info = self.store.head_object(bucket, entry.key)
             if info is not None and info.etag == entry.etag:

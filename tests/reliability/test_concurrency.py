@@ -2,10 +2,11 @@
 committed. Interleavings are forced with the per-job progress hook (called right after the journal is written),
 so that every documented outcome is reproduced exactly, not by chance.
 
-Documented outcome (docs/RELIABILITY.md): concurrent commits serialize at the granularity of a job's deletes. Two
-appends both land. An overwrite removes exactly the objects that were complete before its journal (to S3's 1 s
-Last-Modified resolution) and never another job's pending uploads or records; an append that completes after
-the overwrite's journal survives it.
+Documented outcome (docs/RELIABILITY.md): two appends both land. An overwrite never touches another job's pending
+uploads or records; it removes the visible objects whose Last-Modified is not after its journal's (1 s
+resolution). On S3 and LocalStack a multipart object's Last-Modified is the time its upload was *initiated*
+(moto: completed), so a concurrent append survives an overwrite only if it started writing after the
+overwrite's journal.
 """
 
 from __future__ import annotations
@@ -121,25 +122,53 @@ def test_an_overwrite_committing_while_an_append_is_between_journal_and_complete
     check_committed(backend.client, bucket, "t", a.job_id, files_of(a, range(3)), other=files_of(o, range(3)))
 
 
-def test_an_append_committing_while_an_overwrite_is_between_journal_and_deletes(backend):
-    """A commits entirely (in a later second) while O is paused after its journal: O's deletes spare A's files,
-    which are newer than O's journal; O's own files and A's files are both visible."""
+def _append_during_paused_overwrite(backend, *, before_journal: range, after_journal: range):
+    """O (overwrite) pauses right after its journal; A (append) wrote tasks ``before_journal`` before it and
+    writes tasks ``after_journal`` in a later second, then commits entirely; O resumes. Returns (o, a, bucket)."""
     bucket = backend.new_bucket("mpc-conc")
     _seed(backend, bucket, {"t/dt=0/old.txt": b"old\n", "t/dt=1/old.txt": b"old\n"})
     pause = PauseAfterJournal()
     o = Job.create(f"s3://{bucket}/t", mode="overwrite", s3=backend.options, progress=pause)
     a = Job.create(f"s3://{bucket}/t", s3=backend.options)
-    ro, ra = [write(o, t) for t in range(3)], [write(a, t) for t in range(3)]
+    ro = [write(o, t) for t in range(3)]
+    ra = [write(a, t) for t in before_journal]
     with ThreadPoolExecutor(1) as pool:
         fo = pool.submit(o.commit, ro)
         assert pause.reached.wait(TIMEOUT)
         _next_second()
+        ra += [write(a, t) for t in after_journal]
         before = bucket_state(backend.client, bucket)
         a.commit(ra)
         check_others_untouched(before, bucket_state(backend.client, bucket), job_ids=[a.job_id],
                                may_write=lambda k: k == "t/_SUCCESS")
         pause.release.set()
         fo.result(TIMEOUT)
+    return o, a, bucket
+
+
+def test_an_append_that_starts_writing_after_an_overwrites_journal_survives_it(backend):
+    """A writes and commits entirely while O is paused after its journal: O's deletes spare A's files, whose
+    uploads started after O's journal; both jobs' files are visible (as if O ran first)."""
+    o, a, bucket = _append_during_paused_overwrite(backend, before_journal=range(0), after_journal=range(3))
+    check_committed(backend.client, bucket, "t", o.job_id, files_of(o, range(3)), other=files_of(a, range(3)))
+
+
+def test_an_append_written_before_an_overwrites_journal_and_committed_during_it(backend):
+    """A wrote before O's journal and commits while O is paused. The outcome follows the objects'
+    Last-Modified: S3 and LocalStack stamp a multipart object with the time its upload was *initiated*, so
+    A's files count as older than O's journal and O removes them all (as if A ran first); moto stamps the
+    completion time, so they survive (as if O ran first). Either way A's data is all or nothing."""
+    o, a, bucket = _append_during_paused_overwrite(backend, before_journal=range(3), after_journal=range(0))
+    survives = backend.name == "moto"
+    check_committed(backend.client, bucket, "t", o.job_id, files_of(o, range(3)),
+                    other=files_of(a, range(3)) if survives else {})
+
+
+def test_an_append_straddling_an_overwrites_journal_is_kept_whole(backend):
+    """A wrote task 0 before O's journal and tasks 1-2 after it, then committed while O was paused. On S3 and
+    LocalStack (Last-Modified = upload initiation) its files fall on both sides of O's cutoff; O decides per job,
+    so A is a later job and keeps all of its files (as if O ran first) -- never a part of them."""
+    o, a, bucket = _append_during_paused_overwrite(backend, before_journal=range(1), after_journal=range(1, 3))
     check_committed(backend.client, bucket, "t", o.job_id, files_of(o, range(3)), other=files_of(a, range(3)))
 
 
