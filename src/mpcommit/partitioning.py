@@ -82,14 +82,19 @@ def resolve_partition_columns(schema: pa.Schema, partition_by: str | Sequence[st
     """Check ``partition_by`` against ``schema`` and return the columns' names as the schema spells them.
 
     Names match exactly, or else ignoring case when that is unambiguous (Spark's default resolution).
-    Refused, with UsageError: unknown or repeated columns, partitioning by every column (no data would be
+    Refused, with UsageError: data with duplicate column names, unknown or repeated partition columns, partitioning by every column (no data would be
     left in the files), nested or binary columns (no path form), and names starting with ``_`` or ``.``
     (readers skip such directories, so the data would silently vanish from the table).
     """
+    names = schema.names
+    folded_names = [n.lower() for n in names]
+    duplicates = sorted({n for n in names if folded_names.count(n.lower()) > 1})
+    if duplicates:
+        # Spark refuses to save such data too: files and readers could not tell the columns apart.
+        raise UsageError(f"the data has duplicate column(s) {', '.join(duplicates)} (names ignore case); rename them first")
     if partition_by is None:
         return ()
     wanted = [partition_by] if isinstance(partition_by, str) else list(partition_by)
-    names = schema.names
     resolved: list[str] = []
     for col in wanted:
         if not isinstance(col, str) or not col:

@@ -168,6 +168,7 @@ def test_max_records_per_file_splits_files(spark, store, fs) -> None:  # noqa: A
     # Until merge policies are supported a policy is refused; after, anything but a MergePolicy is.
     ({"merge": object()}, UsageError, "merge (is not supported by this version|must be None or a MergePolicy)"),
     ({"max_open_writers": 0}, UsageError, "max_open_writers"),
+    ({"dup": True}, UsageError, "duplicate column"),
     ({"uri": "hdfs://nn/table"}, InvalidUriError, "not an S3 URI"),
     ({"uri": "s3://no-such-bucket-mpcommit/t"}, NoSuchBucketError, None),
 ])
@@ -179,6 +180,8 @@ def test_bad_input_fails_before_any_upload(spark, store, kwargs, error, message)
         from pyspark.sql import functions as F
 
         df = df.withColumn("tags", F.array(F.lit("a")))
+    if kwargs.pop("dup", False):
+        df = df.select("id", "day", df["v"].alias("V"), "v")
     uri = kwargs.pop("uri", f"s3://{bucket}/t")
 
     def must_not_run(task_id: int, attempt: int, batches: int) -> None:

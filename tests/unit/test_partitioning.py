@@ -162,6 +162,12 @@ def test_bad_partition_columns_are_usage_errors(partition_by, message: str) -> N
         resolve_partition_columns(SCHEMA, partition_by)
 
 
+def test_duplicate_column_names_are_refused_even_without_partitioning() -> None:
+    schema = pa.schema([("id", pa.int64()), ("ID", pa.int64()), ("v", pa.string())])
+    with pytest.raises(UsageError, match="duplicate column.*ID, id"):
+        resolve_partition_columns(schema, None)
+
+
 def test_partitioning_by_every_column_is_refused() -> None:
     with pytest.raises(UsageError, match="all columns"):
         resolve_partition_columns(pa.schema([("a", pa.int32()), ("b", pa.int32())]), ["a", "b"])
