@@ -38,12 +38,11 @@ from ..store.s3 import S3Store
 from .errors import (
     MergeError,
     MixedSchemaError,
-    SourceChangedError,
     UnreadableSourceError,
     UnsupportedFormatError,
 )
 from .executor import MergeStats, MergeTask, fetch_range
-from .parts import DEFAULT_UPLOAD_PART_SIZE, Literal, Range, Segment, SourceObject, arrange, is_copyable, plan_parts
+from .parts import DEFAULT_UPLOAD_PART_SIZE, Literal, Range, Segment, SourceObject, arrange, plan_parts
 
 #: The longest CSV header line accepted.
 MAX_HEADER = 1 * MiB
@@ -615,8 +614,8 @@ class LineSource:
     header: bytes | None = None
 
 
-def plan_lines(sources: Sequence[LineSource], *, header: bool, compression: Compression = Compression.NONE,
-               upload_part_size: int = DEFAULT_UPLOAD_PART_SIZE) -> tuple[list[Segment], Any]:
+def plan_lines(sources: Sequence[LineSource], *, header: bool,
+               compression: Compression = Compression.NONE) -> tuple[list[Segment], Any]:
     """Segments and assembler of a byte-concatenation merge (uncompressed, or gzip/bzip2 without a header).
 
     Copyable sources are copied (CSV: from after the header, except the first one copied); everything else
@@ -830,12 +829,6 @@ def _plan_parquet(read: Reader, sources: Sequence[SourceObject]) -> tuple[list[S
             raise UnsupportedFormatError(f"{exc}; merge skipped") from exc
         except ParquetConcatError as exc:
             raise UnreadableSourceError(f"{exc}; merge skipped") from exc
-        except SourceChangedError:
-            raise
     segments, rows = plan_parquet_concat(footers, sources)
     return segments, None, rows
 
-
-def is_copy_heavy(segments: Sequence[Segment]) -> bool:
-    """True when some segment is copied server-side (for reports)."""
-    return any(is_copyable(s) for s in segments)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import secrets
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -127,13 +128,32 @@ class _Planned:
     output: str
 
 
-def list_candidates(store: S3Store, destination: Destination, fmt: Format | None) -> tuple[list[Candidate], dict[str, FileKind], int, int]:
-    """Data files under the destination (hidden ones skipped), as planner candidates; with their kinds,
-    the number listed and the number whose format is unknown (left alone)."""
+@dataclass
+class Listing:
+    """The data files under a destination as planner candidates, with their kinds; how many objects were
+    listed, how many of them have an unknown format (left alone), and how many objects lie under each
+    directory prefix (to choose between a listing and HEAD requests when checking sources again)."""
+
+    candidates: list[Candidate]
+    kinds: dict[str, FileKind]
+    listed: int
+    ignored: int
+    under: Counter[str]
+
+
+def list_candidates(store: S3Store, destination: Destination, fmt: Format | None) -> Listing:
+    """List the destination once: data files (hidden ones skipped) become candidates."""
     candidates: list[Candidate] = []
     kinds: dict[str, FileKind] = {}
+    under: Counter[str] = Counter()
     listed = ignored = 0
     for obj in store.list_objects(destination.bucket, destination.root):
+        directory = obj.key.rsplit("/", 1)[0] + "/" if "/" in obj.key else ""
+        while True:
+            under[directory] += 1
+            if len(directory) <= len(destination.root):
+                break
+            directory = directory[:-1].rsplit("/", 1)[0] + "/" if "/" in directory[:-1] else ""
         if obj.key.endswith("/") or is_hidden_key(destination, obj.key):
             continue
         listed += 1
@@ -145,7 +165,7 @@ def list_candidates(store: S3Store, destination: Destination, fmt: Format | None
             continue
         kinds[obj.key] = kind
         candidates.append(Candidate(obj.key, obj.size, obj.etag, partition, kind.group))
-    return candidates, kinds, listed, ignored
+    return Listing(candidates, kinds, listed, ignored, under)
 
 
 def compact(
@@ -178,9 +198,10 @@ def compact(
     before = store.request_counts()
     timings: dict[str, float] = {}
 
-    candidates, kinds, listed, ignored = list_candidates(store, destination, fmt)
+    listing = list_candidates(store, destination, fmt)
+    kinds, listed, ignored = listing.kinds, listing.listed, listing.ignored
     progress("list", listed, listed)
-    bins = plan_bins(candidates, policy)
+    bins = plan_bins(listing.candidates, policy)
     timings["plan"] = time.monotonic() - t0
     progress("plan", len(bins), len(bins))
 
@@ -211,7 +232,7 @@ def compact(
         outcomes = _merge_all(job, store, planned, parts_pool, stats, bin_threads, progress)
         timings["merge"] = time.monotonic() - t
         t = time.monotonic()
-        outcomes = _verify_sources(store, destination.bucket, planned, outcomes, parts_pool)
+        outcomes = _verify_sources(store, destination.bucket, planned, outcomes, parts_pool, listing.under)
         timings["verify"] = time.monotonic() - t
     except BaseException:
         job.abort()
@@ -320,17 +341,45 @@ def record_uploads(job: Job, task_id: int, uploads: list[PendingUpload], *, stor
 
 
 def _verify_sources(store: S3Store, bucket: str, planned: list[_Planned], outcomes: list[TaskResult | MergeError],
-                    pool: Executor) -> list[TaskResult | MergeError]:
+                    pool: Executor, under: Counter[str]) -> list[TaskResult | MergeError]:
     """Just before the commit: a bin whose source changed or vanished since it was merged is dropped (its
     upload aborted), so that a merged file never brings back rows deleted meanwhile. The commit's deletes
-    are pinned by ETag as well; this narrows the window to the commit itself."""
-    checks = {src.key: pool.submit(store.head_object, bucket, src.key)
-              for p, o in zip(planned, outcomes) if isinstance(o, TaskResult) for src in p.bin.sources}
+    are pinned by ETag as well; this narrows the window to the commit itself.
+
+    Per directory, one listing when it costs fewer requests than a HEAD per source (``under`` counts the
+    objects below each directory, from the first listing)."""
+    by_dir: dict[str, list[str]] = {}
+    for p, o in zip(planned, outcomes):
+        if isinstance(o, TaskResult):
+            for src in p.bin.sources:
+                by_dir.setdefault(src.key.rsplit("/", 1)[0] + "/" if "/" in src.key else "", []).append(src.key)
+
+    def listed(directory: str, keys: list[str]) -> dict[str, str | None]:
+        wanted = set(keys)
+        found: dict[str, str | None] = dict.fromkeys(keys)
+        for obj in store.list_objects(bucket, directory):
+            if obj.key in wanted:
+                found[obj.key] = obj.etag
+        return found
+
+    def headed(key: str) -> dict[str, str | None]:
+        info = store.head_object(bucket, key)
+        return {key: info.etag if info else None}
+
+    futures = []
+    for directory, keys in by_dir.items():
+        if -(-under.get(directory, 0) // 1000) < len(keys):
+            futures.append(pool.submit(listed, directory, keys))
+        else:
+            futures.extend(pool.submit(headed, key) for key in keys)
+    current: dict[str, str | None] = {}
+    for f in futures:
+        current.update(f.result())
+
     out: list[TaskResult | MergeError] = []
     for p, o in zip(planned, outcomes):
         if isinstance(o, TaskResult):
-            changed = [s.key for s in p.bin.sources
-                       if (info := checks[s.key].result()) is None or info.etag != s.etag]
+            changed = [s.key for s in p.bin.sources if current.get(s.key) != s.etag]
             if changed:
                 pending = _pending_of(o)
                 if pending is not None:
