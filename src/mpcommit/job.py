@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from .catalog.base import Catalog, TableName
 from .catalog.sync import register_commit, resolve_catalog
 from .commit import DEFAULT_COMMIT_THREADS, AbortReport, CommitReport, JobCommitter, ProgressHook
-from .errors import DestinationExistsError, JobStateError, PreconditionFailedError, UsageError
+from .errors import CommitStateUnknownError, DestinationExistsError, JobStateError, PreconditionFailedError, UsageError
 from .layout import HIDDEN_ROOT, Destination, JobPaths, check_job_id, new_job_id, parse_uri
 from .modes import CommitOutcome, PartitionOverwrite, WriteMode
 from .options import S3Options, WriterSettings
@@ -146,8 +146,16 @@ class Job:
         self._enter("commit")
         timings = {"write": time.monotonic() - self.created_at}
         timings.update(extra_timings or {})
-        report = self._committer.commit(self.descriptor, list(results), ignored=self.ignored, extra_timings=timings,
-                                        delete=delete, merged=merged)
+        try:
+            report = self._committer.commit(self.descriptor, list(results), ignored=self.ignored,
+                                            extra_timings=timings, delete=delete, merged=merged)
+        except CommitStateUnknownError:
+            raise  # partly visible perhaps: only `recover` may act now, never abort
+        except BaseException:
+            # Definitely not committed (refused before the journal): the caller may fix and commit again, or abort.
+            with self._state_lock:
+                self._finished = None
+            raise
         if target is None or resolved is None or report.outcome is not CommitOutcome.COMMITTED:
             return report
         return register_commit(report, table=target, catalog=resolved)
@@ -156,7 +164,11 @@ class Job:
         """Abort every upload of this job and remove its records; nothing of it is visible afterwards."""
         with self._state_lock:
             if self._finished == "commit":
-                raise JobStateError(f"job {self.job_id} was committed; it cannot be aborted")
+                raise JobStateError(
+                    f"job {self.job_id} was committed, or its commit started and may be partly visible: it cannot "
+                    f"be aborted. If the commit failed, finish it with `mpcommit jobs recover {self.destination.uri} "
+                    f"--job {self.job_id}`."
+                )
             self._finished = "abort"
         return self._committer.abort(force=force)
 

@@ -304,3 +304,25 @@ def test_an_unreachable_endpoint_says_so_after_bounded_retries():
                         secret_access_key="b", retry=RetryPolicy(max_attempts=2, initial_delay=0.01, max_delay=0.02))
     with pytest.raises(RetriesExhaustedError, match="could not reach the endpoint http://127.0.0.1:9"):
         Job.create("s3://bkt/t", s3=options)
+
+
+def test_a_refused_commit_can_still_be_aborted(backend, bucket):
+    job = Job.create(f"s3://{bucket}/t", s3=backend.options)
+    a = write_task(job, 0, 0, {"": b"a"})
+    b = write_task(job, 0, 1, {"": b"b"})
+    with pytest.raises(DuplicateTaskResultError):
+        job.commit([a, b])
+    assert job.abort().aborted_uploads == 2
+    assert pending_uploads(backend.client, bucket, "t") == []
+
+
+def test_a_commit_of_unknown_outcome_cannot_be_aborted(backend, bucket):
+    job = Job.create(f"s3://{bucket}/t", s3=backend.options)
+    ref = write_task(job, 0, 0, {"": b"a"})
+    with faults.installed(faults.fail_at("commit.after_journal")):
+        with pytest.raises(CommitStateUnknownError):
+            job.commit([ref])
+    with pytest.raises(JobStateError, match="recover"):
+        job.abort()
+    recover(job.destination, store=job.store)
+    assert list(contents(backend, bucket, "t").values()) == [b"a"]
