@@ -29,9 +29,12 @@ from tests.support.servers import free_port
 
 OWNER = "111122223333"
 KMS_KEY = "arn:aws:kms:us-east-1:111122223333:key/0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
+SSE_S3 = S3Options(sse="AES256", expected_bucket_owner=OWNER)
+SSE_KMS = S3Options(sse="aws:kms", sse_kms_key_id=KMS_KEY, expected_bucket_owner=OWNER)
 SSE_CASES = [
-    pytest.param(S3Options(sse="AES256", expected_bucket_owner=OWNER), id="sse-s3"),
-    pytest.param(S3Options(sse="aws:kms", sse_kms_key_id=KMS_KEY, expected_bucket_owner=OWNER), id="sse-kms"),
+    pytest.param("moto", SSE_S3, id="moto-sse-s3"),
+    pytest.param("moto", SSE_KMS, id="moto-sse-kms"),
+    pytest.param("localstack", SSE_KMS, marks=pytest.mark.localstack, id="localstack-sse-kms"),
 ]
 FAST = RetryPolicy(max_attempts=2, initial_delay=0.001, max_delay=0.005)
 
@@ -83,8 +86,9 @@ def _stage_and_write(job: Job, task_id: int, attempt: int = 0, *, fail: bool = F
         return task.commit()
 
 
-@pytest.mark.parametrize("sse", SSE_CASES)
-def test_encryption_and_bucket_owner_on_every_request_that_accepts_them(backend, sse):
+@pytest.mark.parametrize("backend_name, sse", SSE_CASES)
+def test_encryption_and_bucket_owner_on_every_request_that_accepts_them(request, backend_name, sse):
+    backend = request.getfixturevalue(f"{backend_name}_backend")
     options = _with_backend(backend, sse)
     store = store_for(options)
     log = RequestLog(store)
@@ -145,7 +149,7 @@ def test_encryption_and_owner_headers_are_on_the_wire(backend):
     """The same, seen by the proxy as HTTP headers: every request names the bucket owner; every write that
     creates an object asks for encryption."""
     with FaultProxy(backend.endpoint_url, record_headers=True) as proxy:
-        options = _with_backend(backend, SSE_CASES[1].values[0], endpoint_url=proxy.endpoint_url)
+        options = _with_backend(backend, SSE_KMS, endpoint_url=proxy.endpoint_url)
         bucket = backend.new_bucket("mpc-sec")
         job = Job.create(f"s3://{bucket}/t", s3=options)
         job.commit([_stage_and_write(job, 0)])
@@ -175,7 +179,8 @@ def _exception_text(exc: BaseException) -> str:
     return "".join(traceback.format_exception(exc)) + repr(exc) + str(exc)
 
 
-def test_credentials_never_appear_in_records_success_logs_or_errors(backend, caplog):
+def test_credentials_never_appear_in_records_success_logs_or_errors(moto_backend, caplog):
+    backend = moto_backend
     caplog.set_level(logging.DEBUG, logger="mpcommit")
     caplog.set_level(logging.INFO)
     options = dataclasses.replace(backend.options, access_key_id=ACCESS_KEY, secret_access_key=SECRET_KEY,
@@ -232,7 +237,8 @@ def test_credentials_never_appear_in_records_success_logs_or_errors(backend, cap
     assert not any(SECRET_KEY in h for h in wire) and any(ACCESS_KEY in h for h in wire)
 
 
-def test_the_job_spec_carries_credentials_to_workers_but_never_shows_them(backend):
+def test_the_job_spec_carries_credentials_to_workers_but_never_shows_them(moto_backend):
+    backend = moto_backend
     """Workers need the credentials (the spec is pickled to them); its text forms must not show them."""
     options = dataclasses.replace(backend.options, access_key_id=ACCESS_KEY, secret_access_key=SECRET_KEY,
                                   session_token=SESSION_TOKEN)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tests.support.checks import all_keys, pending_upload_entries, read_object, visible_keys
+from tests.support.checks import all_keys, is_hidden, pending_upload_entries, read_object
 
 __all__ = [
     "BucketState",
@@ -74,9 +74,26 @@ def bucket_state(client: Any, bucket: str) -> BucketState:
     return BucketState(objects, uploads)
 
 
+_BODIES: dict[tuple[str, str, str], bytes] = {}  # (bucket, key, ETag) -> bytes: objects never change in place
+
+
 def dataset(client: Any, bucket: str, prefix: str) -> dict[str, bytes]:
-    """What a reader of the table at ``prefix`` sees: every visible key with its bytes."""
-    return {k: read_object(client, bucket, k) for k in visible_keys(client, bucket, prefix)}
+    """What a reader of the table at ``prefix`` sees: every visible key with its bytes. Bodies are read once per
+    (key, ETag): a listing that shows the same ETag again shows the same bytes."""
+    root = _root(prefix)
+    out: dict[str, bytes] = {}
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=root):
+        for obj in page.get("Contents", ()):
+            key = obj["Key"]
+            if is_hidden(key[len(root):]):
+                continue
+            cache_key = (bucket, key, obj["ETag"])
+            if cache_key not in _BODIES:
+                if len(_BODIES) > 4096:
+                    _BODIES.clear()
+                _BODIES[cache_key] = read_object(client, bucket, key)
+            out[key] = _BODIES[cache_key]
+    return out
 
 
 def job_uploads(client: Any, bucket: str, job_id: str, prefix: str = "") -> list[tuple[str, str]]:
