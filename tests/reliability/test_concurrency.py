@@ -25,7 +25,7 @@ from mpcommit.recovery import list_jobs, recover
 from mpcommit.sizing import MiB
 from mpcommit.uploads import UploadScope, cleanup, list_uploads
 from tests.reliability.crash_driver import SMALL_PARTS
-from tests.support.checks import pending_uploads, read_object
+from tests.support.checks import pending_uploads
 from tests.support.invariants import (
     bucket_state,
     check_aborted,

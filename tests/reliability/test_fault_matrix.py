@@ -216,7 +216,7 @@ def test_the_reference_run_is_the_planned_dataset(moto_backend):
     check_committed(moto_backend.client, ref, "t", plan.JOB_ID, plan.expected({t: 0 for t in range(plan.TASKS)}))
 
 
-def test_a_killed_task_subprocess_returns_its_result_when_not_killed(moto_backend):
+def test_the_driver_script_writes_and_commits_a_task_when_no_fault_is_set(moto_backend):
     """The driver script really writes and commits a task when no fault is set (so a -9 exit is the kill)."""
     scene = make_scene(moto_backend)
     Job.create(f"s3://{scene.bucket}/t", s3=moto_backend.options, job_id=plan.JOB_ID)

@@ -335,9 +335,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _error(self, fault: Fault) -> None:
         status, reason, code, message = _ERRORS[fault]
+        extra = ""
+        if fault is Fault.INVALID_ACCESS_KEY:
+            # As S3 does: the refused access key id is echoed in the error document.
+            match = re.search(r"Credential=([^/]+)/", self.headers.get("Authorization") or "")
+            extra = f"<AWSAccessKeyId>{match.group(1) if match else ''}</AWSAccessKeyId>"
         xml = (
             '<?xml version="1.0" encoding="UTF-8"?>\n'
-            f"<Error><Code>{code}</Code><Message>{message}</Message><RequestId>FAULTPROXY</RequestId></Error>"
+            f"<Error><Code>{code}</Code><Message>{message}</Message>{extra}<RequestId>FAULTPROXY</RequestId></Error>"
         ).encode()
         self.send_response_only(status, reason)
         self.send_header("Content-Type", "application/xml")
