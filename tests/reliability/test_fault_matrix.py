@@ -157,11 +157,16 @@ def _worker_case(scene: Scene, how: str, point: Point, follow_up: str, before, v
         expected = plan.expected({0: 1, 1: 0, 2: 0, 3: 0})
         assert set(report.filenames) == set(expected)
         check_committed(scene.client, scene.bucket, "t", plan.JOB_ID, expected)  # I2
-        may_delete = is_old
-    else:
-        job.abort()
+    elif how == "raise":
+        job.abort()  # the driver is alive and rolls back
         check_aborted(scene.client, scene.bucket, "t", plan.JOB_ID, before=visible_before)  # I3
-        may_delete = lambda _k: False  # noqa: E731
+    else:
+        # The driver is gone too: an operator rolls the job back by name from another process.
+        actions = {a.job_id: a.action for a in recover(scene.destination, s3=scene.backend.options, job_id=plan.JOB_ID)}
+        assert actions == {plan.JOB_ID: "rolled_back"}
+        check_aborted(scene.client, scene.bucket, "t", plan.JOB_ID, before=visible_before)  # I3
+    # Only a committed overwrite may remove the old data; nothing else of anyone else changes.
+    may_delete = is_old if follow_up == "retry" else (lambda _k: False)
     check_others_untouched(before, bucket_state(scene.client, scene.bucket), job_ids=[plan.JOB_ID],
                            may_delete=may_delete, may_write=is_success)  # I6
 
