@@ -7,6 +7,9 @@ uploads or records; it removes the visible objects whose Last-Modified is not af
 resolution). On S3 and LocalStack a multipart object's Last-Modified is the time its upload was *initiated*
 (moto: completed), so a concurrent append survives an overwrite only if it started writing after the
 overwrite's journal.
+
+On LocalStack only the cases whose outcome depends on the server run (Last-Modified semantics, the answer to a
+part sent to an aborted upload); the others are protocol logic, run on moto.
 """
 
 from __future__ import annotations
@@ -77,7 +80,8 @@ def _next_second() -> None:
         time.sleep(0.01)
 
 
-def test_two_appends_committing_at_the_same_time_both_land(backend):
+def test_two_appends_committing_at_the_same_time_both_land(moto_backend):
+    backend = moto_backend
     bucket = backend.new_bucket("mpc-conc")
     _seed(backend, bucket, {"t/dt=0/old.txt": b"old\n"})
     a = Job.create(f"s3://{bucket}/t", s3=backend.options, commit_threads=4)
@@ -172,7 +176,8 @@ def test_an_append_straddling_an_overwrites_journal_is_kept_whole(backend):
     check_committed(backend.client, bucket, "t", o.job_id, files_of(o, range(3)), other=files_of(a, range(3)))
 
 
-def test_an_append_committed_before_an_overwrite_started_is_replaced(backend):
+def test_an_append_committed_before_an_overwrite_started_is_replaced(moto_backend):
+    backend = moto_backend
     bucket = backend.new_bucket("mpc-conc")
     a = Job.create(f"s3://{bucket}/t", s3=backend.options)
     o = Job.create(f"s3://{bucket}/t", mode="overwrite", s3=backend.options)
@@ -183,7 +188,8 @@ def test_an_append_committed_before_an_overwrite_started_is_replaced(backend):
     check_committed(backend.client, bucket, "t", o.job_id, files_of(o, range(2)))
 
 
-def test_jobs_on_sibling_prefixes_committing_at_once_stay_apart(backend):
+def test_jobs_on_sibling_prefixes_committing_at_once_stay_apart(moto_backend):
+    backend = moto_backend
     """data, data1 and data10 (each a prefix of the next as a string): overwrites and an append committing
     together, while each has another job's pending upload; nobody touches another prefix."""
     bucket = backend.new_bucket("mpc-conc")
@@ -214,7 +220,8 @@ def test_jobs_on_sibling_prefixes_committing_at_once_stay_apart(backend):
 
 
 # ---------------------------------------------------------------- zombies
-def test_a_zombie_writing_after_its_job_committed_never_becomes_visible_and_is_cleaned(backend):
+def test_a_zombie_writing_after_its_job_committed_never_becomes_visible_and_is_cleaned(moto_backend):
+    backend = moto_backend
     """Attempt 0 of task 0 lost to attempt 1 but keeps running after the job committed: it writes to the very
     key of the committed file and even commits its task. Nothing it writes is ever visible; the orphan listing
     attributes its upload to the job, and the cleanup aborts it and removes its records."""
@@ -264,7 +271,8 @@ def test_a_zombie_mid_upload_when_its_job_commits_fails_on_its_next_part(backend
     check_committed(backend.client, bucket, "t", job.job_id, files_of(job, range(1)))
 
 
-def test_a_zombie_writing_after_its_job_was_aborted_is_cleaned_by_job_id(backend):
+def test_a_zombie_writing_after_its_job_was_aborted_is_cleaned_by_job_id(moto_backend):
+    backend = moto_backend
     bucket = backend.new_bucket("mpc-zombie")
     job = Job.create(f"s3://{bucket}/t", s3=backend.options)
     write(job, 0)
