@@ -51,7 +51,7 @@ class JobState(str, Enum):
     WRITING = "writing"        # descriptor only: tasks may still be writing
     COMMITTING = "committing"  # journal written: `recover` finishes it, never cleans it up
     COMMITTED = "committed"    # _SUCCESS names this job; only leftover records remain
-    ABORTED = "aborted"        # rolled back; only leftover records remain
+    # An aborted job has no state: its abort removes every record it had.
 
 
 class CommitOutcome(str, Enum):

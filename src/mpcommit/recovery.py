@@ -8,7 +8,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 
 from .commit import DEFAULT_COMMIT_THREADS, CommitReport, JobCommitter
 from .errors import ManifestError, MpcommitError, NoSuchKeyError
@@ -151,8 +151,3 @@ def _recover_one(store: S3Store, dest: Destination, status: JobStatus, committer
     why = "it may still be writing; pass --older-than or --job to roll it back"
     return RecoveryAction(status.job_id, "skipped", why)
 
-
-def age_of(value: datetime | None) -> float | None:
-    if value is None:
-        return None
-    return max(0.0, time.time() - value.replace(tzinfo=value.tzinfo or timezone.utc).timestamp())
