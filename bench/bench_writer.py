@@ -1,0 +1,274 @@
+"""Scenario 2: one task's write throughput and peak memory -- mpcommit's streaming MultipartWriter vs
+boto3's own upload (s3transfer ``upload_fileobj``) of the same bytes.
+
+Each measurement runs in a fresh subprocess, so that peak memory is that one upload's: the child records its
+RSS after imports, client set-up and a warm-up request, then streams ``size`` bytes (the same 1 MiB random
+block over and over, produced on the fly: neither side reads a file), and reports the peak RSS above that
+baseline (``ru_maxrss`` and a 2 ms psutil sampler). Both sides end with a completed object: the writer's
+upload is completed by the same store right after ``close()`` (in a job, the driver does that at commit).
+
+Settings are each side's defaults: mpcommit's ``WriterSettings()`` (8 MiB parts, 2 in flight, documented
+bound ``part_size x (max_parts_in_flight + 1)`` = 24 MiB) and boto3's ``TransferConfig()`` (8 MiB parts,
+10 threads, up to 10 parts buffered for a non-seekable stream).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import resource
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+from .common import (
+    GiB, MiB, describe_ratio, empty_prefix, ensure_bucket, human_bytes, interleaved, log, make_client, md_table,
+    median, paired_ratio, ratio_spread, s3_options,
+)
+
+BUCKET = "bench-writer"
+VARIANTS = ("mpcommit", "s3transfer", "mpcommit10")
+LABELS = {"mpcommit": "mpcommit MultipartWriter", "s3transfer": "boto3 upload_fileobj (s3transfer)",
+          "mpcommit10": "mpcommit, 10 parts in flight (diagnostic)"}
+#: The diagnostic variant: the same writer with s3transfer's concurrency (10 parts, 10 threads), to tell how
+#: much of a throughput gap is the writer's smaller number of parts in flight.
+DIAGNOSTIC_SETTINGS = {"max_parts_in_flight": 10, "upload_threads": 10}
+CHUNK = 1 * MiB
+
+
+class _Stream(io.RawIOBase):
+    """A non-seekable stream of ``size`` bytes made of one block repeated: what a task producing data has."""
+
+    def __init__(self, block: bytes, size: int):
+        self._block = memoryview(block)
+        self._left = size
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        out = memoryview(b).cast("B")
+        n = min(len(out), self._left)
+        done = 0
+        while done < n:
+            take = min(n - done, len(self._block) - self._pos)
+            out[done : done + take] = self._block[self._pos : self._pos + take]
+            done += take
+            self._pos = (self._pos + take) % len(self._block)
+        self._left -= n
+        return n
+
+
+class _PeakSampler:
+    def __init__(self, interval: float = 0.002):
+        import psutil
+
+        self._proc = psutil.Process()
+        self._interval = interval
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self._proc.memory_info().rss)
+            time.sleep(self._interval)
+
+    def __enter__(self) -> "_PeakSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _rss() -> int:
+    import psutil
+
+    return int(psutil.Process().memory_info().rss)
+
+
+def child(variant: str, endpoint: str, key: str, size: int, *, trace: bool = False) -> dict[str, Any]:
+    """Runs in the subprocess: one upload, measured. With ``trace`` the Python heap is traced too
+    (tracemalloc's peak: the buffers themselves, without the allocator's and the HTTP stack's slack); that
+    slows allocation, so traced runs are separate from the timed ones."""
+    if trace:
+        import tracemalloc
+    block = os.urandom(CHUNK)
+    result: dict[str, Any] = {"variant": variant, "bytes": size}
+    if variant in ("mpcommit", "mpcommit10"):
+        from mpcommit import WriterSettings
+        from mpcommit.store.s3 import CompletedPart, S3Store
+        from mpcommit.writer import MultipartWriter
+
+        settings = WriterSettings(**(DIAGNOSTIC_SETTINGS if variant == "mpcommit10" else {}))
+        store = S3Store(s3_options(endpoint))
+        store.head_bucket(BUCKET)  # warm the connection pool
+        result["bound"] = settings.initial_part_size * (settings.max_parts_in_flight + 1)
+        base = _rss()
+        max_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        if trace:
+            tracemalloc.start()
+        with _PeakSampler() as sampler:
+            t0 = time.perf_counter()
+            writer = MultipartWriter(store, bucket=BUCKET, key=key, settings=settings)
+            view = memoryview(block)
+            left = size
+            while left:
+                n = min(left, CHUNK)
+                writer.write(view[:n])
+                left -= n
+            writer.close()
+            t1 = time.perf_counter()
+            pending = writer.pending
+            assert pending is not None
+            store.complete_multipart_upload(BUCKET, key, pending.upload_id,
+                                            [CompletedPart(p.number, p.etag, p.crc32) for p in pending.parts])
+            t2 = time.perf_counter()
+        result.update(seconds=t2 - t0, writer_seconds=t1 - t0, parts=len(pending.parts))
+    elif variant == "s3transfer":
+        import boto3
+        from boto3.s3.transfer import TransferConfig
+        from botocore.config import Config
+
+        session = boto3.session.Session(aws_access_key_id="test", aws_secret_access_key="test", region_name="us-east-1")
+        client = session.client("s3", endpoint_url=endpoint, config=Config(s3={"addressing_style": "path"}))
+        client.head_bucket(Bucket=BUCKET)
+        config = TransferConfig()
+        result["bound"] = config.multipart_chunksize * config.max_in_memory_upload_chunks
+        base = _rss()
+        max_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        if trace:
+            tracemalloc.start()
+        with _PeakSampler() as sampler:
+            t0 = time.perf_counter()
+            client.upload_fileobj(_Stream(block, size), BUCKET, key, Config=config)
+            t2 = time.perf_counter()
+        result.update(seconds=t2 - t0, writer_seconds=t2 - t0)
+    else:
+        raise ValueError(variant)
+    max_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    if trace:
+        result["traced_peak"] = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    result["baseline_rss"] = base
+    result["peak_sampled"] = max(0, sampler.peak - base)
+    # ru_maxrss is the process's high-water mark: it says something about the upload only if the upload raised it.
+    result["peak_maxrss"] = max(0, max_after - base) if max_after > max_before else None
+    result["peak"] = max(result["peak_sampled"], result["peak_maxrss"] or 0)
+    return result
+
+
+def measure(endpoint: str, variant: str, size: int, repeat: int, *, trace: bool = False) -> dict[str, Any]:
+    key = f"w/{variant}-{repeat}-{time.time_ns()}.bin"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(__import__("pathlib").Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
+    r = subprocess.run([sys.executable, "-m", "bench.bench_writer", "--child", variant, "--endpoint", endpoint,
+                        "--key", key, "--size", str(size)] + (["--trace"] if trace else []), capture_output=True, text=True, timeout=1800, env=env)
+    if r.returncode != 0:
+        raise RuntimeError(f"writer child {variant} failed:\n{r.stderr[-3000:]}")
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    out["repeat"] = repeat
+    out["load"] = os.getloadavg()[0]
+    return out
+
+
+def run(endpoint: str, *, size: int = 1 * GiB, repeats: int = 5, variants: tuple[str, ...] = VARIANTS,
+        trace_size: int = 256 * MiB) -> dict[str, Any]:
+    cleaner = make_client(endpoint)
+    ensure_bucket(cleaner, BUCKET)
+    runs = []
+    started = time.perf_counter()
+    traced = []
+    if trace_size:
+        for v in variants:
+            t = measure(endpoint, v, min(size, trace_size), -1, trace=True)
+            empty_prefix(cleaner, BUCKET, "w/")
+            traced.append(t)
+            log(f"writer: {v:<10} traced: Python heap peak {human_bytes(t['traced_peak'])}, RSS peak +{human_bytes(t['peak'])}")
+    for repeat, variant in interleaved(variants, repeats):
+        r = measure(endpoint, variant, size, repeat)
+        empty_prefix(cleaner, BUCKET, "w/")
+        runs.append(r)
+        log(f"writer: {variant:<10} r{repeat}: {size / r['seconds'] / MiB:7.1f} MiB/s, peak +{human_bytes(r['peak'])} "
+            f"(sampled +{human_bytes(r['peak_sampled'])}), load {r['load']:.1f}")
+    return {"scenario": "writer", "size": size, "repeats": repeats, "variants": list(variants), "runs": runs,
+            "traced": traced, "trace_size": trace_size, "seconds": round(time.perf_counter() - started, 1)}
+
+
+def summarise(data: dict[str, Any]) -> dict[str, Any]:
+    size = data["size"]
+    by = {v: sorted((r for r in data["runs"] if r["variant"] == v), key=lambda r: r["repeat"]) for v in data["variants"]}
+    rows = {}
+    for v, rs in by.items():
+        rows[v] = {
+            "n": len(rs),
+            "seconds": median(r["seconds"] for r in rs),
+            "throughput": median(size / r["seconds"] for r in rs),
+            "peak": median(r["peak"] for r in rs),
+            "peak_max": max(r["peak"] for r in rs),
+            "bound": rs[0]["bound"] if rs else None,
+            "traced_peak": next((t["traced_peak"] for t in data.get("traced", []) if t["variant"] == v), None),
+        }
+    out: dict[str, Any] = {"rows": rows, "targets": {}}
+    if "mpcommit" in by and "s3transfer" in by:
+        mp, st = by["mpcommit"], by["s3transfer"]
+        ratio = paired_ratio([size / r["seconds"] for r in mp], [size / r["seconds"] for r in st])
+        out["throughput_ratio"] = ratio
+        out["throughput_spread"] = ratio_spread([size / r["seconds"] for r in mp], [size / r["seconds"] for r in st])
+        out["memory_ratio"] = paired_ratio([r["peak"] for r in mp], [r["peak"] for r in st])
+        if by.get("mpcommit10"):
+            out["diagnostic_spread"] = ratio_spread([size / r["seconds"] for r in by["mpcommit10"]],
+                                                    [size / r["seconds"] for r in st])
+        out["targets"]["throughput_vs_s3transfer"] = {"ratio": ratio, "target": 0.9, "met": ratio >= 0.9,
+                                                      "spread": out["throughput_spread"]}
+        bound = rows["mpcommit"]["bound"]
+        # The bound is about the writer's buffers: judged on the traced Python heap when there is a traced run
+        # (RSS also holds thread stacks and the allocator's slack), else on RSS.
+        traced = rows["mpcommit"]["traced_peak"]
+        judged = traced if traced is not None else rows["mpcommit"]["peak_max"]
+        out["targets"]["writer_memory_within_bound"] = {
+            "peak_max": rows["mpcommit"]["peak_max"], "traced_peak": traced, "bound": bound, "met": judged <= bound}
+    return out
+
+
+def markdown(data: dict[str, Any]) -> str:
+    s = summarise(data)
+    rows = []
+    for v, r in s["rows"].items():
+        rows.append([LABELS.get(v, v), r["n"], f"{r['seconds']:.2f} s", f"{r['throughput'] / MiB:,.1f} MiB/s",
+                     human_bytes(r["peak"]), human_bytes(r["peak_max"]),
+                     human_bytes(r["traced_peak"]) if r["traced_peak"] is not None else "–",
+                     human_bytes(r["bound"]) if r["bound"] else "–"])
+    text = md_table(["upload of " + human_bytes(data["size"]), "runs", "time (median)", "throughput (median)",
+                     "peak RSS above baseline (median)", "peak RSS (worst run)",
+                     f"Python heap peak (tracemalloc, {human_bytes(min(data['size'], data.get('trace_size') or data['size']))})",
+                     "buffering by its settings"], rows, align="lrrrrrrr")
+    if "throughput_ratio" in s:
+        text += (f"\n\nThroughput mpcommit ÷ s3transfer: **{describe_ratio(s['throughput_spread'], 'throughputs')}**; "
+                 f"peak memory mpcommit ÷ s3transfer: **{s['memory_ratio']:.2f}x**.")
+        if "diagnostic_spread" in s:
+            text += (f" With 10 parts in flight (diagnostic) the writer's throughput is "
+                     f"{describe_ratio(s['diagnostic_spread'], 'throughputs')} of s3transfer's.")
+    return text
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--child", required=True, choices=VARIANTS)
+    p.add_argument("--endpoint", required=True)
+    p.add_argument("--key", required=True)
+    p.add_argument("--size", type=int, required=True)
+    p.add_argument("--trace", action="store_true")
+    a = p.parse_args()
+    print(json.dumps(child(a.child, a.endpoint, a.key, a.size, trace=a.trace)))
+
+
+if __name__ == "__main__":
+    main()
