@@ -115,14 +115,15 @@ class MultipartWriter(io.BufferedIOBase):
             raise UsageError(f"s3://{self.bucket}/{self.key} would need more than {MAX_PARTS} parts")
         if self._size + len(self._buffer) > MAX_OBJECT_SIZE:
             raise UsageError(f"s3://{self.bucket}/{self.key} would exceed S3's 5 TiB object limit")
-        self._part_number += 1
-        number = self._part_number
-        body = bytes(self._buffer)
-        self._buffer = bytearray()
-        self._size += len(body)
-        # Bound memory: wait for a free slot before handing another buffer to the pool.
+        # Bound memory: wait for a free slot *before* freezing the buffer, so that at most one buffer filling
+        # and max_parts_in_flight parts uploading exist at any moment (the bound WriterSettings documents).
         self._slots.acquire()
         try:
+            self._part_number += 1
+            number = self._part_number
+            body = bytes(self._buffer)
+            self._buffer = bytearray()
+            self._size += len(body)
             future = self._executor.submit(self._upload_part, number, body)
         except BaseException:
             self._slots.release()

@@ -129,3 +129,30 @@ def test_tell_counts_bytes_written():
         w.write(bytearray(b"de"))
         w.write(memoryview(b"f"))
         assert w.tell() == 6
+
+
+class DiscardingStore(FakeStore):
+    """Holds each part only while it 'uploads' (slowly), as a real upload does, then drops it."""
+
+    def upload_part(self, bucket, key, upload_id, number, body, crc32):
+        time.sleep(0.05)
+        return f'"etag{number}"'
+
+
+def test_memory_stays_within_the_documented_bound():
+    import tracemalloc
+
+    settings = WriterSettings(initial_part_size=5 * MiB, parts_per_size_step=1000, max_parts_in_flight=2, upload_threads=4)
+    bound = settings.initial_part_size * (settings.max_parts_in_flight + 1)
+    chunk = b"x" * MiB
+    store = DiscardingStore()
+    tracemalloc.start()
+    try:
+        with writer(store, settings) as w:
+            for _ in range(40):
+                w.write(chunk)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # One buffer filling plus two parts uploading; a copy made before waiting for a slot would add a fourth.
+    assert peak <= bound + MiB, f"peak {peak / MiB:.1f} MiB above the bound of {bound / MiB:.0f} MiB"
