@@ -70,6 +70,7 @@ def run_scenarios(args: argparse.Namespace) -> dict[str, Any]:
         ep = server.endpoint_url
         for name in args.scenarios:
             t0 = time.perf_counter()
+            started_at = time.time()
             log(f"== scenario {name}")
             if name == "commit":
                 data = bench_commit.run(ep, sizes=args.commit_sizes, repeats=args.repeats,
@@ -96,6 +97,7 @@ def run_scenarios(args: argparse.Namespace) -> dict[str, Any]:
                     kwargs["size"] = args.e2e_size
                 data = _call_run(mod, ep, kwargs)
             data["wall_seconds"] = round(time.perf_counter() - t0, 1)
+            data["started_at"] = started_at
             data["meta"] = meta
             save_json(name, data)
             results[name] = data
@@ -226,7 +228,8 @@ def render(results: dict[str, Any], model: S3CostModel = S3CostModel()) -> str:
               "boto3": "AWS SDK", "others": "other libraries", "load": "load (start)", "load_end": "load (end)",
               "server": "S3 server"}
     rows = [[labels.get(k, k), v] for k, v in machine.items()]
-    rows.append(["code", f"mpcommit at commit {meta.get('git', '?')}"])
+    rows.append(["code", f"mpcommit at commit {meta.get('git', '?')} when the run started (each section names the "
+                         "commit it ran against)"])
     if meta.get("started") and meta.get("finished"):
         rows.append(["duration", human_seconds(meta["finished"] - meta["started"])])
     if meta.get("argv") is not None:
@@ -327,9 +330,42 @@ def _commit_section(data: dict[str, Any], model: S3CostModel) -> list[str]:
 
 def _measured_line(data: dict[str, Any]) -> str:
     meta = data.get("meta") or {}
-    when = (meta.get("machine") or {}).get("date", "?")
+    start = _scenario_start(data)
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(start)) if start else (meta.get("machine") or {}).get("date", "?")
     cmd = "python -m bench.run_all " + " ".join(meta.get("argv") or [])
-    return f"_Measured {when}, {human_seconds(data.get('wall_seconds', float('nan')))} of wall time, by `{cmd.strip()}`._"
+    code = _code_at(data)
+    return (f"_Measured {when}, {human_seconds(data.get('wall_seconds', float('nan')))} of wall time, by `{cmd.strip()}`"
+            + (f", against mpcommit at commit {code}" if code else "") + "._")
+
+
+def _scenario_start(data: dict[str, Any]) -> float | None:
+    if data.get("started_at"):
+        return float(data["started_at"])
+    # Older results: the run's start plus the scenarios that ran before this one.
+    meta = data.get("meta") or {}
+    start = meta.get("started")
+    if not start:
+        return None
+    for name in ALL_SCENARIOS:
+        if name == data.get("scenario"):
+            return float(start)
+        prev = RESULTS_DIR / f"{name}.json"
+        if prev.exists():
+            other = json.loads(prev.read_text())
+            if (other.get("meta") or {}).get("started") == start:
+                start += other.get("wall_seconds", 0)
+    return float(start)
+
+
+def _code_at(data: dict[str, Any]) -> str:
+    """The commit that was checked out when a scenario started (the code can change under a long run: the
+    scenarios that start fresh processes -- writer, partitions, Spark workers, compaction -- pick it up)."""
+    start = _scenario_start(data)
+    if start is None:
+        return ""
+    r = subprocess.run(["git", "rev-list", "-1", f"--before={int(start)}", "HEAD"], cwd=REPO_ROOT,
+                       capture_output=True, text=True)
+    return r.stdout.strip()[:7]
 
 
 def _writer_section(data: dict[str, Any]) -> list[str]:
