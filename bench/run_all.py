@@ -343,18 +343,19 @@ def _scenario_start(data: dict[str, Any]) -> float | None:
         return float(data["started_at"])
     # Older results: the run's start plus the scenarios that ran before this one.
     meta = data.get("meta") or {}
-    start = meta.get("started")
-    if not start:
+    run_start = meta.get("started")
+    if not run_start:
         return None
+    start = float(run_start)
     for name in ALL_SCENARIOS:
         if name == data.get("scenario"):
-            return float(start)
+            return start
         prev = RESULTS_DIR / f"{name}.json"
         if prev.exists():
             other = json.loads(prev.read_text())
-            if (other.get("meta") or {}).get("started") == start:
+            if (other.get("meta") or {}).get("started") == run_start:
                 start += other.get("wall_seconds", 0)
-    return float(start)
+    return start
 
 
 def _code_at(data: dict[str, Any]) -> str:
