@@ -62,8 +62,9 @@ class S3Options:
 class WriterSettings:
     """Sizing of the streaming multipart writer.
 
-    Memory per open file is bounded by ``part_size(n) * (max_parts_in_flight + 1)``: one buffer filling,
-    up to ``max_parts_in_flight`` uploading. Part size starts at ``initial_part_size`` and doubles every
+    The writer's buffers per open file are bounded by ``part_size(n) * (max_parts_in_flight + 1)``: one buffer
+    filling, up to ``max_parts_in_flight`` uploading (24 MiB with the defaults); the HTTP client adds a few MiB
+    of its own per process (BENCHMARKS.md, section 2). Part size starts at ``initial_part_size`` and doubles every
     ``parts_per_size_step`` parts, so that no file needs more than 10,000 parts up to S3's 5 TiB limit.
     """
 
