@@ -38,6 +38,7 @@ from .plan import (
     ExistingPartition,
     PartitionChange,
     check_partition_columns,
+    group_by_action,
     plan_partitions,
     table_parameters,
     table_root,
@@ -157,9 +158,7 @@ class GlueCatalog:
 
     def _apply(self, table: TableName, info: Mapping[str, Any], registration: Registration, columns: Sequence[str],
                root: str, changes: list[PartitionChange], now: int) -> CatalogResult:
-        by_action: dict[Action, list[PartitionChange]] = {a: [] for a in Action}
-        for change in changes:
-            by_action[change.action].append(change)
+        by_action = group_by_action(changes)
         not_registered: dict[str, str] = {}
         not_updated = {c.path: c.reason for c in by_action[Action.CONFLICT]}
         created: list[str] = []

@@ -206,6 +206,14 @@ class PartitionChange:
     reason: str = ""
 
 
+def group_by_action(changes: Sequence["PartitionChange"]) -> dict[Action, list["PartitionChange"]]:
+    """Planned changes by what they do, every action present (possibly empty), planning order kept."""
+    grouped: dict[Action, list[PartitionChange]] = {a: [] for a in Action}
+    for change in changes:
+        grouped[change.action].append(change)
+    return grouped
+
+
 def plan_partitions(
     table: TableName, registration: Registration, *, columns: Sequence[str], root: str,
     existing: Mapping[tuple[str, ...], ExistingPartition], now: int, trailing_slash: bool, spark_stats: bool = False,

@@ -46,6 +46,7 @@ from .plan import (
     ExistingPartition,
     PartitionChange,
     check_partition_columns,
+    group_by_action,
     plan_partitions,
     table_parameters,
     table_root,
@@ -160,9 +161,7 @@ class SparkSqlCatalog:
         return self._apply(ext, table, columns, changes)
 
     def _apply(self, ext: Any, table: TableName, columns: Sequence[str], changes: list[PartitionChange]) -> CatalogResult:
-        by_action: dict[Action, list[PartitionChange]] = {a: [] for a in Action}
-        for change in changes:
-            by_action[change.action].append(change)
+        by_action = group_by_action(changes)
         not_registered: dict[str, str] = {}
         not_updated = {c.path: c.reason for c in by_action[Action.CONFLICT]}
         created: list[str] = []
