@@ -51,6 +51,10 @@ class EndpointUnreachableError(TransientStoreError):
     """The endpoint did not answer (connection refused, DNS failure, timeout)."""
 
 
+class InconsistentListingError(StoreError):
+    """The server's paginated listing contradicts itself (pages lost or repeated): nothing may be acted on."""
+
+
 class NotFoundError(StoreError):
     """Something named in the request does not exist."""
 

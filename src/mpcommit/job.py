@@ -186,7 +186,5 @@ def destination_has_data(store: S3Store, destination: Destination) -> bool:
     """True when anything but mpcommit's hidden job records lies under the destination (``_SUCCESS`` counts,
     as an empty committed table is still a table)."""
     temporary = HIDDEN_ROOT.split("/", 1)[0] + "/"
-    for child in store.list_children(destination.bucket, destination.root):
-        if child != temporary:
-            return True
-    return False
+    # Two names are enough: the hidden folder is one name, anything else is data.
+    return any(child != temporary for child in store.list_children(destination.bucket, destination.root, limit=2))

@@ -7,22 +7,36 @@ store also counts requests per operation, so that tests and benchmarks can asser
 
 from __future__ import annotations
 
+import heapq
+import logging
 import os
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError
+from botocore.handlers import set_list_objects_encoding_type_url
 
-from ..errors import ChecksumMismatchError, NoSuchBucketError, NoSuchKeyError, NoSuchUploadError, StoreError, UsageError
+from ..errors import (
+    ChecksumMismatchError,
+    InconsistentListingError,
+    NoSuchBucketError,
+    NoSuchKeyError,
+    NoSuchUploadError,
+    StoreError,
+    UsageError,
+)
 from ..options import S3Options
 from .errors import translate
+from .listing import ListedPage, PageSequence, round_trips_unencoded
 from .retry import call_with_retry
+
+log = logging.getLogger(__name__)
 
 # Operations that accept server-side encryption parameters on the write path.
 _SSE_OPERATIONS = {"create_multipart_upload", "put_object", "copy_object"}
@@ -55,14 +69,45 @@ class CompletedPart:
     crc32: str | None = None
 
 
+@dataclass
+class _Walk:
+    """One pass over a ListObjectsV2 listing: what it returned and whether its pages were consistent."""
+
+    check: PageSequence
+    objects: list[ObjectInfo] = field(default_factory=list)
+    prefixes: list[str] = field(default_factory=list)
+
+    @property
+    def problem(self) -> str | None:
+        return self.check.problem
+
+    def names(self) -> set[str]:
+        return {o.key for o in self.objects} | set(self.prefixes)
+
+
+def _inconsistent(operation: str, what: str, bucket: str, prefix: str, problem: str, detail: str = "") -> StoreError:
+    extra = f"; {detail}" if detail else ""
+    known = (" (LocalStack 4.13.x loses every page after the first 1,000 keys holding '=' when keys are URL-encoded)"
+             if operation == "list_objects_v2" else "")
+    return InconsistentListingError(
+        f"the server's listing of {what} under s3://{bucket}/{prefix} is inconsistent: {problem}{extra}. "
+        f"Some entries may be missing, so nothing was deleted, aborted or committed from it. This is a defect of "
+        f"the S3 server{known}: use a server whose listings paginate correctly, or report it to its maintainers.",
+        operation=operation, code="InconsistentListing", bucket=bucket, key=prefix,
+    )
+
+
 class S3Store:
     """Typed S3 operations over one boto3 client. Thread-safe (boto3 clients are)."""
 
-    def __init__(self, options: S3Options, client: Any | None = None):
+    def __init__(self, options: S3Options, client: Any | None = None, *, unencoded_listing_client: Any | None = None):
         self.options = options
         self._client = client or _make_client(options)
         self._counts: Counter[str] = Counter()
         self._count_lock = threading.Lock()
+        self._unencoded_client: Any | None = unencoded_listing_client
+        self._unencoded_lock = threading.Lock()
+        self._warned_listing = False
 
     @property
     def endpoint(self) -> str:
@@ -78,7 +123,7 @@ class S3Store:
             self._counts.clear()
 
     # ------------------------------------------------------------ the funnel
-    def _call(self, operation: str, *, bucket: str = "", key: str = "", **params: Any) -> Any:
+    def _call(self, operation: str, *, client: Any | None = None, bucket: str = "", key: str = "", **params: Any) -> Any:
         opts = self.options
         if operation in _SSE_OPERATIONS and opts.sse:
             params["ServerSideEncryption"] = opts.sse
@@ -88,7 +133,7 @@ class S3Store:
             params["ExpectedBucketOwner"] = opts.expected_bucket_owner
             if operation in _COPY_OPERATIONS:
                 params["ExpectedSourceBucketOwner"] = opts.expected_bucket_owner
-        method: Callable[..., Any] = getattr(self._client, operation)
+        method: Callable[..., Any] = getattr(client or self._client, operation)
 
         def attempt() -> Any:
             with self._count_lock:
@@ -165,34 +210,45 @@ class S3Store:
             return False
         return True
 
-    def list_multipart_uploads(self, bucket: str, prefix: str = "") -> Iterator[UploadInfo]:
-        """Every pending upload under ``prefix``, across all pages (KeyMarker + UploadIdMarker)."""
+    def list_multipart_uploads(self, bucket: str, prefix: str = "") -> list[UploadInfo]:
+        """Every pending upload under ``prefix``, across all pages (KeyMarker + UploadIdMarker), proven complete."""
         params: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix}
+        check = PageSequence(strict=False)  # a key repeats for each of its uploads
+        found: list[UploadInfo] = []
         while True:
             page = self._call("list_multipart_uploads", bucket=bucket, key=prefix, **params)
-            for u in page.get("Uploads", []) or []:
-                yield UploadInfo(u["Key"], u["UploadId"], u.get("Initiated"))
-            if not page.get("IsTruncated"):
-                return
-            markers = (page.get("NextKeyMarker") or "", page.get("NextUploadIdMarker") or "")
-            if markers == (params.get("KeyMarker", ""), params.get("UploadIdMarker", "")):
-                # A server that says "truncated" without moving its markers would make this loop forever.
-                raise StoreError(
-                    f"listing uploads of s3://{bucket}/{prefix} did not advance past {markers}: the server "
-                    "paginates incorrectly", operation="list_multipart_uploads", code="BadPagination", bucket=bucket,
-                )
-            params["KeyMarker"], params["UploadIdMarker"] = markers
+            uploads = [UploadInfo(u["Key"], u["UploadId"], u.get("Initiated")) for u in page.get("Uploads", []) or []]
+            found.extend(uploads)
+            markers: tuple[str, str] | None = (page.get("NextKeyMarker") or "", page.get("NextUploadIdMarker") or "")
+            if markers == ("", "") and uploads:
+                # S3 may leave the markers out; clients then continue after the last entry.
+                markers = (uploads[-1].key, uploads[-1].upload_id)
+            more = check.add(ListedPage([u.key for u in uploads], bool(page.get("IsTruncated")),
+                                        markers if markers != ("", "") else None))
+            if not more:
+                break
+            params["KeyMarker"], params["UploadIdMarker"] = markers  # type: ignore[misc]
+        if check.problem is not None:
+            raise _inconsistent("list_multipart_uploads", "uploads", bucket, prefix, check.problem)
+        return found
 
-    def list_parts(self, bucket: str, key: str, upload_id: str) -> Iterator[tuple[int, int, str]]:
-        """(part number, size, etag) of every part uploaded so far."""
+    def list_parts(self, bucket: str, key: str, upload_id: str) -> list[tuple[int, int, str]]:
+        """(part number, size, etag) of every part uploaded so far, proven complete."""
         params: dict[str, Any] = {"Bucket": bucket, "Key": key, "UploadId": upload_id}
+        check = PageSequence()
+        found: list[tuple[int, int, str]] = []
         while True:
             page = self._call("list_parts", bucket=bucket, key=key, **params)
-            for p in page.get("Parts", []) or []:
-                yield int(p["PartNumber"]), int(p.get("Size", 0)), str(p.get("ETag", ""))
-            if not page.get("IsTruncated"):
-                return
-            params["PartNumberMarker"] = page["NextPartNumberMarker"]
+            parts = [(int(p["PartNumber"]), int(p.get("Size", 0)), str(p.get("ETag", ""))) for p in page.get("Parts", []) or []]
+            found.extend(parts)
+            marker = page.get("NextPartNumberMarker")
+            if not check.add(ListedPage([n for n, _s, _e in parts], bool(page.get("IsTruncated")),
+                                        str(marker) if marker not in (None, "", 0, "0") else None)):
+                break
+            params["PartNumberMarker"] = marker
+        if check.problem is not None:
+            raise _inconsistent("list_parts", f"parts of upload {upload_id}", bucket, key, check.problem)
+        return found
 
     # ------------------------------------------------------------ objects
     def head_object(self, bucket: str, key: str) -> ObjectInfo | None:
@@ -227,30 +283,88 @@ class S3Store:
         r = self._call("put_object", bucket=bucket, key=key, **params)
         return str(r.get("ETag", ""))
 
-    def list_objects(self, bucket: str, prefix: str = "", *, start_after: str | None = None) -> Iterator[ObjectInfo]:
+    def list_objects(self, bucket: str, prefix: str = "") -> list[ObjectInfo]:
+        """Every object under ``prefix``, proven complete (invariant I8): see :meth:`_list_proven`."""
+        objects, _prefixes = self._list_proven(bucket, prefix, delimiter=None)
+        return objects
+
+    def list_children(self, bucket: str, prefix: str, *, limit: int | None = None) -> list[str]:
+        """Names directly below ``prefix`` (objects and "folders", the latter ending in '/'), in key order.
+
+        ``limit`` stops after that many names: enough to tell whether a prefix is empty without listing it all.
+        """
+        objects, prefixes = self._list_proven(bucket, prefix, delimiter="/", limit=limit)
+        names = sorted([p[len(prefix):] for p in prefixes] + [o.key[len(prefix):] for o in objects])
+        return names[:limit] if limit is not None else names
+
+    def _list_proven(self, bucket: str, prefix: str, *, delimiter: str | None,
+                     limit: int | None = None) -> tuple[list[ObjectInfo], list[str]]:
+        """A ListObjectsV2 listing whose pages form a consistent sequence, or InconsistentListingError.
+
+        botocore asks for URL-encoded keys by default, and that is the listing LocalStack 4.13.x breaks
+        (see ``listing.py``). When the encoded pages are inconsistent and every key they showed survives raw
+        XML, the listing is repeated without encoding; it is accepted only if it is itself consistent, holds
+        every key seen before and nothing that raw XML could have altered. Otherwise nothing is returned:
+        a caller must never delete, abort or commit from a listing that may have lost keys.
+        """
+        first = self._walk_v2(self._client, bucket, prefix, delimiter, limit)
+        if first.problem is None:
+            return first.objects, first.prefixes
+        where = f"s3://{bucket}/{prefix}"
+        seen = first.names()
+        unsafe = next((k for k in seen if not round_trips_unencoded(k)), None)
+        if unsafe is not None:
+            raise _inconsistent("list_objects_v2", "objects", bucket, prefix, first.problem,
+                                f"listing again without URL encoding is not safe for key {unsafe!r}")
+        second = self._walk_v2(self._unencoded_listing_client(), bucket, prefix, delimiter, limit)
+        if second.problem is not None:
+            raise _inconsistent("list_objects_v2", "objects", bucket, prefix, first.problem,
+                                f"listing again without URL encoding was inconsistent too: {second.problem}")
+        names = second.names()
+        missing = next((k for k in seen if k not in names), None)
+        if missing is not None and limit is None:
+            raise _inconsistent("list_objects_v2", "objects", bucket, prefix, first.problem,
+                                f"listing again without URL encoding lost key {missing!r}")
+        unsafe = next((k for k in names if not round_trips_unencoded(k)), None)
+        if unsafe is not None:
+            raise _inconsistent("list_objects_v2", "objects", bucket, prefix, first.problem,
+                                f"listing again without URL encoding showed key {unsafe!r}, which raw XML may alter")
+        if not self._warned_listing:
+            self._warned_listing = True
+            log.warning("the server's URL-encoded listing of %s was inconsistent (%s); listed it again without "
+                        "URL encoding and that listing is complete (%d keys). Later listings do the same.",
+                        where, first.problem, len(names))
+        return second.objects, second.prefixes
+
+    def _walk_v2(self, client: Any, bucket: str, prefix: str, delimiter: str | None, limit: int | None) -> _Walk:
         params: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix}
-        if start_after:
-            params["StartAfter"] = start_after
+        if delimiter:
+            params["Delimiter"] = delimiter
+        # Delimiter listings may repeat a common prefix at a page boundary; keys are unique.
+        walk = _Walk(PageSequence(strict=delimiter is None))
         while True:
-            page = self._call("list_objects_v2", bucket=bucket, key=prefix, **params)
-            for o in page.get("Contents", []) or []:
-                yield ObjectInfo(o["Key"], int(o.get("Size", 0)), str(o.get("ETag", "")), o.get("LastModified"))
-            if not page.get("IsTruncated"):
-                return
+            page = self._call("list_objects_v2", client=client, bucket=bucket, key=prefix, **params)
+            objects = [ObjectInfo(o["Key"], int(o.get("Size", 0)), str(o.get("ETag", "")), o.get("LastModified"))
+                       for o in page.get("Contents", []) or []]
+            prefixes = [str(cp["Prefix"]) for cp in page.get("CommonPrefixes", []) or []]
+            walk.objects.extend(objects)
+            walk.prefixes.extend(p for p in prefixes if not walk.prefixes or p != walk.prefixes[-1])
+            count = page.get("KeyCount")
+            entries = list(heapq.merge([o.key for o in objects], prefixes)) if prefixes else [o.key for o in objects]
+            more = walk.check.add(ListedPage(entries, bool(page.get("IsTruncated")), page.get("NextContinuationToken"),
+                                             int(count) if count is not None else None))
+            if not more or (limit is not None and len(walk.objects) + len(walk.prefixes) >= limit):
+                return walk
             params["ContinuationToken"] = page["NextContinuationToken"]
 
-    def list_children(self, bucket: str, prefix: str) -> Iterator[str]:
-        """Names directly below ``prefix`` (objects and "folders", the latter ending in '/')."""
-        params: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "Delimiter": "/"}
-        while True:
-            page = self._call("list_objects_v2", bucket=bucket, key=prefix, **params)
-            for cp in page.get("CommonPrefixes", []) or []:
-                yield cp["Prefix"][len(prefix):]
-            for o in page.get("Contents", []) or []:
-                yield o["Key"][len(prefix):]
-            if not page.get("IsTruncated"):
-                return
-            params["ContinuationToken"] = page["NextContinuationToken"]
+    def _unencoded_listing_client(self) -> Any:
+        """A second client whose ListObjectsV2 requests leave out ``EncodingType=url`` (made on first need)."""
+        with self._unencoded_lock:
+            if self._unencoded_client is None:
+                client = _make_client(self.options)
+                client.meta.events.unregister("before-parameter-build.s3.ListObjectsV2", set_list_objects_encoding_type_url)
+                self._unencoded_client = client
+            return self._unencoded_client
 
     def delete_objects(self, bucket: str, keys: Sequence[str]) -> int:
         """Delete in batches of 1,000; raises StoreError naming the first key S3 refused."""

@@ -1,0 +1,181 @@
+"""Listings proven complete (invariant I8): a fake server that paginates wrongly in each known way.
+
+The store must never hand a caller a listing that may have lost keys: it either proves the listing complete
+(if need be by listing again without URL encoding, the way around LocalStack's defect) or raises
+InconsistentListingError.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from mpcommit.errors import InconsistentListingError
+from mpcommit.options import RetryPolicy, S3Options
+from mpcommit.store.listing import ListedPage, PageSequence, round_trips_unencoded
+from mpcommit.store.s3 import S3Store
+
+FAST = S3Options(retry=RetryPolicy(max_attempts=2, initial_delay=0.0, max_delay=0.0))
+KEYS = sorted(f"t/dt=2024-01-0{i % 3}/h={i % 7}/part-{i:05d} x%é.csv" for i in range(2500))
+DEFECTS = ["empty_after_truncated", "stuck_token", "backwards", "count_mismatch", "no_token", "repeated_page"]
+
+
+class Meta:
+    endpoint_url = "http://fake"
+
+
+class FakeLister:
+    """ListObjectsV2 (and ListMultipartUploads over the same keys) as S3 pages it, 1,000 to a page, or with
+    one of the DEFECTS from the second page on."""
+
+    meta = Meta()
+
+    def __init__(self, keys, defect=None, page_size=1000):
+        self.keys = sorted(keys)
+        self.defect = defect
+        self.page_size = page_size
+        self.calls = 0
+
+    def _page(self, names, start, token_of):
+        self.calls += 1
+        n = self.page_size
+        chunk, rest = names[start : start + n], names[start + n :]
+        token = token_of(start + n) if rest else None
+        page_no = start // n + 1
+        if self.defect and page_no >= 2:
+            if self.defect == "empty_after_truncated":
+                return [], False, None, 0
+            if self.defect == "stuck_token":
+                return chunk, bool(rest), token_of(start), len(chunk)
+            if self.defect == "backwards":
+                return names[start - 5 : start - 5 + n], bool(rest), token, n
+            if self.defect == "count_mismatch":
+                return chunk, bool(rest), token, len(chunk) + 3
+            if self.defect == "no_token":
+                return chunk, True, None, len(chunk)
+            if self.defect == "repeated_page":
+                return names[:n], True, token_of(n), n
+        return chunk, bool(rest), token, len(chunk)
+
+    def list_objects_v2(self, *, Bucket, Prefix="", ContinuationToken=None, Delimiter=None, **_):
+        names = [k for k in self.keys if k.startswith(Prefix)]
+        start = int(ContinuationToken) if ContinuationToken else 0
+        chunk, truncated, token, count = self._page(names, start, str)
+        page = {"Contents": [{"Key": k, "Size": 1, "ETag": '"e"'} for k in chunk], "IsTruncated": truncated,
+                "KeyCount": count}
+        if token is not None:
+            page["NextContinuationToken"] = token
+        return page
+
+    def list_multipart_uploads(self, *, Bucket, Prefix="", KeyMarker=None, UploadIdMarker=None, **_):
+        names = [k for k in self.keys if k.startswith(Prefix)]
+        start = int(UploadIdMarker) if UploadIdMarker else 0
+        chunk, truncated, token, _count = self._page(names, start, str)
+        page = {"Uploads": [{"Key": k, "UploadId": f"u{i}"} for i, k in enumerate(chunk)], "IsTruncated": truncated}
+        if token is not None:
+            page["NextKeyMarker"], page["NextUploadIdMarker"] = "k", token
+        return page
+
+
+def store(encoded, unencoded=None):
+    return S3Store(FAST, client=encoded, unencoded_listing_client=unencoded or FakeLister([], defect="stuck_token"))
+
+
+def test_an_honest_server_is_listed_once_page_by_page():
+    server, spare = FakeLister(KEYS), FakeLister(KEYS)
+    objects = store(server, spare).list_objects("bkt", "t/")
+    assert [o.key for o in objects] == KEYS
+    assert server.calls == 3 and spare.calls == 0
+
+
+@pytest.mark.parametrize("defect", DEFECTS)
+def test_an_inconsistent_encoded_listing_is_repeated_unencoded_and_proven_complete(defect, caplog):
+    encoded, unencoded = FakeLister(KEYS, defect=defect), FakeLister(KEYS)
+    with caplog.at_level(logging.WARNING, logger="mpcommit.store.s3"):
+        objects = store(encoded, unencoded).list_objects("bkt", "t/")
+    assert [o.key for o in objects] == KEYS
+    assert unencoded.calls == 3
+    assert "listed it again without URL encoding" in caplog.text
+
+
+@pytest.mark.parametrize("defect", DEFECTS)
+def test_when_both_listings_are_inconsistent_the_store_refuses_and_names_the_server(defect):
+    with pytest.raises(InconsistentListingError, match="inconsistent") as info:
+        store(FakeLister(KEYS, defect=defect), FakeLister(KEYS, defect=defect)).list_objects("bkt", "t/")
+    message = str(info.value)
+    assert "nothing was deleted, aborted or committed" in message and "s3://bkt/t/" in message
+    assert info.value.code == "InconsistentListing"
+
+
+def test_the_empty_page_after_a_truncated_one_is_named_as_such():
+    with pytest.raises(InconsistentListingError, match="page 2 came back empty and final although page 1 said more"):
+        store(FakeLister(KEYS, defect="empty_after_truncated"),
+              FakeLister(KEYS, defect="empty_after_truncated")).list_objects("bkt", "t/")
+
+
+def test_keys_that_raw_xml_would_alter_are_never_listed_unencoded():
+    keys = sorted(KEYS[:1500] + ["t/dt=2024-01-00/line\rbreak.csv"])
+    unencoded = FakeLister(keys)
+    with pytest.raises(InconsistentListingError, match="not safe for key"):
+        store(FakeLister(keys, defect="empty_after_truncated"), unencoded).list_objects("bkt", "t/")
+    assert unencoded.calls == 0
+
+
+def test_an_unencoded_listing_showing_a_key_raw_xml_may_have_altered_is_refused():
+    late = "t/zz/new\nline.csv"  # beyond the first page, so the first listing never saw it
+    with pytest.raises(InconsistentListingError, match="raw XML may alter"):
+        store(FakeLister(KEYS, defect="empty_after_truncated"), FakeLister(KEYS + [late])).list_objects("bkt", "t/")
+
+
+def test_an_unencoded_listing_that_lacks_a_key_seen_before_is_refused():
+    with pytest.raises(InconsistentListingError, match="lost key"):
+        store(FakeLister(KEYS, defect="empty_after_truncated"), FakeLister(KEYS[1:])).list_objects("bkt", "t/")
+
+
+def test_children_with_a_limit_stop_at_the_first_page_that_reaches_it():
+    server = FakeLister(KEYS)
+    names = store(server).list_children("bkt", "t/", limit=1)
+    assert names == [KEYS[0][len("t/"):]] and server.calls == 1
+
+
+@pytest.mark.parametrize("defect", ["empty_after_truncated", "stuck_token", "backwards", "repeated_page"])
+def test_an_inconsistent_upload_listing_is_refused(defect):
+    with pytest.raises(InconsistentListingError, match="listing of uploads"):
+        store(FakeLister(KEYS, defect=defect)).list_multipart_uploads("bkt", "t/")
+
+
+def test_an_honest_upload_listing_is_complete():
+    uploads = store(FakeLister(KEYS)).list_multipart_uploads("bkt", "t/")
+    assert [u.key for u in uploads] == KEYS
+
+
+def test_page_sequence_rules():
+    check = PageSequence()
+    assert check.add(ListedPage(["a", "b"], True, "t1"))
+    assert not check.add(ListedPage(["c"], False))
+    assert check.complete and check.problem is None
+
+    repeats = PageSequence(strict=False)  # one key, several uploads
+    assert repeats.add(ListedPage(["a", "a"], True, ("a", "u2")))
+    assert not repeats.add(ListedPage(["a", "b"], False)) and repeats.complete
+
+    unsorted = PageSequence()
+    assert not unsorted.add(ListedPage(["b", "a"], True, "t1"))
+    assert "out of order on page 1" in unsorted.problem and not unsorted.complete
+
+    one_unsorted_page = PageSequence(strict=False)  # a single page cannot have lost another: order is moot
+    assert not one_unsorted_page.add(ListedPage(["b", "a"], False)) and one_unsorted_page.complete
+
+    empty_but_truncated = PageSequence()  # S3 may return an empty truncated page; only an empty *last* page lies
+    assert empty_but_truncated.add(ListedPage(["a"], True, "t1"))
+    assert empty_but_truncated.add(ListedPage([], True, "t2"))
+    assert not empty_but_truncated.add(ListedPage(["b"], False)) and empty_but_truncated.complete
+
+
+@pytest.mark.parametrize("key,safe", [
+    ("t/dt=2024-01-01/part-0.csv", True), ("t/a b%c/é/日本", True), ("t/tab\there", True),
+    ("t/cr\rhere", False), ("t/lf\nhere", False), ("t/nul\x00", False), ("t/bell\x07", False), ("t/\ufffe", False),
+])
+def test_which_keys_survive_raw_xml(key, safe):
+    assert round_trips_unencoded(key) is safe
