@@ -168,6 +168,10 @@ class JobCommitter:
             journal.validate_merged()
         except ManifestError as exc:
             raise ProtocolError(f"job {self.job_id} was not committed: {exc}") from exc
+        if journal.replace:
+            t = time.monotonic()
+            self._check_scope_listable(journal.replace)
+            timings["check_scope"] = time.monotonic() - t
         try:
             self.store.put_object(self.destination.bucket, self.paths.journal, journal.to_bytes())
         except MpcommitError as exc:
@@ -344,6 +348,20 @@ class JobCommitter:
                 return  # copied by an earlier, interrupted run
             raise
 
+    def _scope_prefix(self, rel: str) -> str:
+        return f"{self.destination.root}{rel}/" if rel else self.destination.root
+
+    def _check_scope_listable(self, replace: Sequence[str]) -> None:
+        """Before the journal: list the scope an overwrite replaces, so that a server whose listing cannot be
+        proven complete stops the commit while nothing is visible yet (I8), not after the new files are. The
+        replace step lists again after the completes, which is what decides; this listing only proves it can."""
+        bucket = self.destination.bucket
+        try:
+            _run_bounded(self.threads, replace, lambda rel: self.store.list_objects(bucket, self._scope_prefix(rel)))
+        except MpcommitError as exc:
+            raise CommitFailedError(f"job {self.job_id} was not committed, nothing was made visible and no old "
+                                    f"data was deleted: {exc}") from exc
+
     def _replace_old(self, journal: CommitJournal, cutoff: object) -> int:
         """Overwrite: delete older objects in the replaced scope, only after every new file is complete (I5)."""
         if not journal.replace and not journal.delete:
@@ -352,8 +370,7 @@ class JobCommitter:
         older: list[tuple[str | None, str]] = []
         later_jobs: set[str] = set()
         for rel in journal.replace:
-            prefix = f"{self.destination.root}{rel}/" if rel else self.destination.root
-            for obj in self.store.list_objects(bucket, prefix):
+            for obj in self.store.list_objects(bucket, self._scope_prefix(rel)):
                 owner = job_id_of_key(self.destination, obj.key)
                 if is_hidden_key(self.destination, obj.key) or owner == self.job_id:
                     continue
