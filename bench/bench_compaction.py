@@ -52,6 +52,7 @@ from botocore.config import Config
 from mpcommit.compaction import compact
 from mpcommit.options import RetryPolicy, S3Options
 from mpcommit.store.s3 import S3Store
+from bench.common import unencoded_listings
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "compaction.md"
@@ -104,6 +105,7 @@ def make_client(endpoint: str, meter: Meter | None = None) -> Any:
         s3={"addressing_style": "path"}, retries={"total_max_attempts": 1, "mode": "standard"},
         max_pool_connections=32, request_checksum_calculation="when_required",
         response_checksum_validation="when_required"))
+    client = unencoded_listings(client)
     return meter.attach(client) if meter else client
 
 

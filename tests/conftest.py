@@ -28,6 +28,7 @@ import pytest
 from botocore.config import Config
 
 from mpcommit.options import RetryPolicy, S3Options
+from tests.support.checks import unencoded_listings
 from tests.support.servers import ServerHandle, start_localstack, start_moto
 
 BACKENDS_ENV = "MPCOMMIT_TEST_BACKENDS"
@@ -54,7 +55,8 @@ def raw_s3_client(endpoint_url: str) -> Any:
     session = boto3.session.Session(
         aws_access_key_id=ACCESS_KEY_ID, aws_secret_access_key=SECRET_ACCESS_KEY, region_name=REGION
     )
-    return session.client(
+    # Listings without URL encoding: LocalStack's encoded listings lose keys past 1,000 (checks.unencoded_listings).
+    return unencoded_listings(session.client(
         "s3",
         endpoint_url=endpoint_url,
         config=Config(
@@ -64,7 +66,7 @@ def raw_s3_client(endpoint_url: str) -> Any:
             connect_timeout=10,
             read_timeout=120,
         ),
-    )
+    ))
 
 
 @dataclass

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 
-from tests.support.checks import pending_uploads, visible_keys
+from tests.support.checks import all_keys, pending_uploads, visible_keys
 
 #: Marks of every Spark test module: the ``spark`` marker, and quiet about pyspark's pandas-version warning.
 SPARK_MARKS = [
@@ -48,5 +48,5 @@ def data_keys(client: Any, bucket: str, prefix: str) -> set[str]:
 def assert_clean(client: Any, bucket: str, prefix: str) -> None:
     """No pending upload and no job records left behind."""
     assert pending_uploads(client, bucket, prefix) == []
-    listed = client.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/_temporary/")
-    assert listed.get("KeyCount", 0) == 0, f"job records left: {[o['Key'] for o in listed.get('Contents', [])]}"
+    left = all_keys(client, bucket, f"{prefix}/_temporary/", exact_prefix=True)
+    assert not left, f"job records left: {sorted(left)[:10]}"

@@ -12,7 +12,7 @@ import pytest
 from mpcommit.errors import DestinationExistsError, InvalidUriError, NoSuchBucketError, UsageError
 from mpcommit.spark import write
 from tests.spark.support import SPARK_MARKS, assert_clean, data_keys, read_table
-from tests.support.checks import all_keys, pending_uploads, read_object
+from tests.support.checks import all_keys, list_objects, pending_uploads, read_object
 
 pytestmark = SPARK_MARKS
 
@@ -26,10 +26,7 @@ def events(spark: Any, days: list[str], per_day: int = 50, start: int = 0) -> An
 
 def objects(client: Any, bucket: str, prefix: str) -> dict[str, str]:
     """key -> ETag of every object under prefix (to tell untouched objects from rewritten ones)."""
-    out = {}
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/"):
-        out.update({o["Key"]: o["ETag"] for o in page.get("Contents", ())})
-    return out
+    return {o["Key"]: o["ETag"] for o in list_objects(client, bucket, f"{prefix}/")}
 
 
 def ids(fs: Any, bucket: str, prefix: str) -> list[int]:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tests.support.checks import all_keys, is_hidden, pending_upload_entries, read_object
+from tests.support.checks import all_keys, is_hidden, list_objects, pending_upload_entries, read_object
 
 __all__ = [
     "BucketState",
@@ -67,9 +67,8 @@ class BucketState:
 
 def bucket_state(client: Any, bucket: str) -> BucketState:
     objects: dict[str, str] = {}
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket):
-        for obj in page.get("Contents", ()):
-            objects[obj["Key"]] = obj["ETag"]
+    for obj in list_objects(client, bucket):
+        objects[obj["Key"]] = obj["ETag"]
     uploads = frozenset((e["Key"], e["UploadId"]) for e in pending_upload_entries(client, bucket, ""))
     return BucketState(objects, uploads)
 
@@ -82,17 +81,16 @@ def dataset(client: Any, bucket: str, prefix: str) -> dict[str, bytes]:
     (key, ETag): a listing that shows the same ETag again shows the same bytes."""
     root = _root(prefix)
     out: dict[str, bytes] = {}
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=root):
-        for obj in page.get("Contents", ()):
-            key = obj["Key"]
-            if is_hidden(key[len(root):]):
-                continue
-            cache_key = (bucket, key, obj["ETag"])
-            if cache_key not in _BODIES:
-                if len(_BODIES) > 4096:
-                    _BODIES.clear()
-                _BODIES[cache_key] = read_object(client, bucket, key)
-            out[key] = _BODIES[cache_key]
+    for obj in list_objects(client, bucket, root):
+        key = obj["Key"]
+        if is_hidden(key[len(root):]):
+            continue
+        cache_key = (bucket, key, obj["ETag"])
+        if cache_key not in _BODIES:
+            if len(_BODIES) > 4096:
+                _BODIES.clear()
+            _BODIES[cache_key] = read_object(client, bucket, key)
+        out[key] = _BODIES[cache_key]
     return out
 
 
