@@ -131,3 +131,39 @@ def test_jobs_list_and_show_see_every_record_of_a_prefix_holding_equals_signs(ba
     job.commit(refs)
     shown = run_cli(backend, "show", uri, "--json")
     assert shown["jobId"] == job.job_id and shown["files"] == 0
+
+
+def test_an_overwrite_on_a_listing_that_cannot_be_proven_is_refused_before_anything_is_visible(moto_backend, monkeypatch):
+    """Where no safe way through exists (here: every listing of the table refused, as the store does for keys
+    raw XML would alter), the overwrite fails while its outcome is still 'not committed': old data whole, none
+    of the new files visible, and the job can be aborted cleanly."""
+    from mpcommit.errors import CommitFailedError, InconsistentListingError
+    from mpcommit.store.s3 import S3Store
+    from tests.support.checks import pending_uploads
+
+    backend = moto_backend
+    bucket = backend.new_bucket()
+    uri = f"s3://{bucket}/t"
+    old = append_files(backend, uri, 4, tasks=2)
+    job = Job.create(uri, mode="overwrite", s3=backend.options)
+    with job.spec.task(0, 0) as attempt:
+        with attempt.create(partition="dt=2024-02-01", ext="csv") as out:
+            out.write(b"id\n1\n")
+        ref = attempt.commit()
+
+    real = S3Store.list_objects
+
+    def refusing(self, bucket_name, prefix=""):
+        if prefix == "t/":
+            raise InconsistentListingError(f"the server's listing of objects under s3://{bucket_name}/{prefix} is "
+                                           "inconsistent", code="InconsistentListing")
+        return real(self, bucket_name, prefix)
+
+    monkeypatch.setattr(S3Store, "list_objects", refusing)
+    with pytest.raises(CommitFailedError, match="not committed.*inconsistent"):
+        job.commit([ref])
+    monkeypatch.setattr(S3Store, "list_objects", real)
+    assert visible_keys(backend.client, bucket, "t") == set(old.filenames)
+    job.abort()
+    assert pending_uploads(backend.client, bucket, "t") == []
+    assert visible_keys(backend.client, bucket, "t") == set(old.filenames)
