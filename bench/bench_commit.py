@@ -16,8 +16,20 @@ from typing import Any
 
 from .baselines import BareCompleteLoop, CommitProtocol, HadoopV1, HadoopV2, S3fsTransaction, Workload
 from .common import (
-    KiB, RequestMeter, S3CostModel, empty_prefix, ensure_bucket, human_bytes, human_seconds, interleaved,
-    log, make_client, md_table, median, paired_ratio, s3_options,
+    KiB,
+    RequestMeter,
+    S3CostModel,
+    empty_prefix,
+    ensure_bucket,
+    human_bytes,
+    human_seconds,
+    interleaved,
+    log,
+    make_client,
+    md_table,
+    median,
+    paired_ratio,
+    s3_options,
 )
 
 BUCKET = "bench-commit"

@@ -49,10 +49,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from botocore.config import Config
 
+from bench.common import unencoded_listings
 from mpcommit.compaction import compact
 from mpcommit.options import RetryPolicy, S3Options
 from mpcommit.store.s3 import S3Store
-from bench.common import unencoded_listings
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "compaction.md"
@@ -119,7 +119,7 @@ class Server:
 
 def start_server(kind: str) -> Server:
     if kind == "embedded":
-        from mpcommit.embedded import EmbeddedS3Server
+        from mpcommit.demo.embedded_s3 import EmbeddedS3Server
 
         srv = EmbeddedS3Server().start()
         version = metadata.version("moto")

@@ -25,8 +25,21 @@ from collections.abc import Iterator
 from typing import Any
 
 from .common import (
-    GiB, MiB, describe_ratio, empty_prefix, ensure_bucket, human_bytes, human_seconds, interleaved, log, make_client,
-    md_table, median, paired_ratio, ratio_spread, s3_options,
+    GiB,
+    MiB,
+    describe_ratio,
+    empty_prefix,
+    ensure_bucket,
+    human_bytes,
+    human_seconds,
+    interleaved,
+    log,
+    make_client,
+    md_table,
+    median,
+    paired_ratio,
+    ratio_spread,
+    s3_options,
 )
 
 BUCKET = "bench-e2e"
@@ -110,7 +123,7 @@ def _floor_write(df: Any, endpoint: str, bucket: str, root: str) -> int:
     import pyarrow as pa
 
     from mpcommit.formats import make_format
-    from mpcommit.partitioning import PartitionedWriter
+    from mpcommit.formats.partitioning import PartitionedWriter
 
     fmt = make_format("parquet")
     run_id = str(uuid.uuid4())

@@ -1,5 +1,5 @@
 """Scenario 3: dynamic partitions in one task -- 10, 100 and 1,000 partitions written by one task through
-mpcommit's :class:`~mpcommit.partitioning.PartitionedWriter` (Parquet), on its three paths:
+mpcommit's :class:`~mpcommit.formats.partitioning.PartitionedWriter` (Parquet), on its three paths:
 
 * ``open``: every partition gets its own open file at once (``max_open_writers`` = the number of partitions);
 * ``sorted``: one open file; every other partition's rows are set aside on local disk and written afterwards
@@ -25,8 +25,18 @@ from pathlib import Path
 from typing import Any
 
 from .common import (
-    MiB, empty_prefix, ensure_bucket, human_bytes, human_seconds, interleaved, log, make_client, md_table, median,
-    paired_ratio, s3_options,
+    MiB,
+    empty_prefix,
+    ensure_bucket,
+    human_bytes,
+    human_seconds,
+    interleaved,
+    log,
+    make_client,
+    md_table,
+    median,
+    paired_ratio,
+    s3_options,
 )
 
 BUCKET = "bench-partitions"
@@ -45,7 +55,7 @@ def child(endpoint: str, partitions: int, mode: str, data_size: int, prefix: str
 
     from mpcommit import Job
     from mpcommit.formats import make_format
-    from mpcommit.partitioning import DEFAULT_MAX_OPEN_WRITERS, PartitionedWriter
+    from mpcommit.formats.partitioning import DEFAULT_MAX_OPEN_WRITERS, PartitionedWriter
 
     from .bench_writer import _PeakSampler, _rss
 

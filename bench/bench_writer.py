@@ -26,8 +26,20 @@ import time
 from typing import Any
 
 from .common import (
-    GiB, MiB, describe_ratio, empty_prefix, ensure_bucket, human_bytes, interleaved, log, make_client, md_table,
-    median, paired_ratio, ratio_spread, s3_options,
+    GiB,
+    MiB,
+    describe_ratio,
+    empty_prefix,
+    ensure_bucket,
+    human_bytes,
+    interleaved,
+    log,
+    make_client,
+    md_table,
+    median,
+    paired_ratio,
+    ratio_spread,
+    s3_options,
 )
 
 BUCKET = "bench-writer"
@@ -104,8 +116,8 @@ def child(variant: str, endpoint: str, key: str, size: int, *, trace: bool = Fal
     result: dict[str, Any] = {"variant": variant, "bytes": size}
     if variant in ("mpcommit", "mpcommit10"):
         from mpcommit import WriterSettings
+        from mpcommit.protocol.writer import MultipartWriter
         from mpcommit.store.s3 import CompletedPart, S3Store
-        from mpcommit.writer import MultipartWriter
 
         settings = WriterSettings(**(DIAGNOSTIC_SETTINGS if variant == "mpcommit10" else {}))
         store = S3Store(s3_options(endpoint))

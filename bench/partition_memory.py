@@ -7,7 +7,7 @@ by batch, the worst case for open writers -- through the real ``TaskAttempt``, `
 ``PartitionedWriter`` into a store that accepts and discards every part (no network, no server memory in the
 measurement). It reports the child's peak resident set size (``ru_maxrss``) above its baseline after imports.
 
-Expected (see :mod:`mpcommit.partitioning`): with every partition open the peak grows with the number of
+Expected (see :mod:`mpcommit.formats.partitioning`): with every partition open the peak grows with the number of
 partitions; with ``--max-open`` writers it stays near ``max_open x (format buffer + part buffers)`` whatever
 the number of partitions, the rest going through the local spill.
 """
@@ -56,9 +56,9 @@ def child(partitions: int, mib_per_partition: float, max_open: int) -> dict[str,
     import pyarrow as pa
 
     from mpcommit.formats import make_format
-    from mpcommit.layout import Destination, new_job_id
-    from mpcommit.partitioning import PartitionedWriter
-    from mpcommit.task import JobSpec
+    from mpcommit.formats.partitioning import PartitionedWriter
+    from mpcommit.protocol.layout import Destination, new_job_id
+    from mpcommit.protocol.task import JobSpec
 
     rows_per_partition = int(mib_per_partition * 1024 * 1024 / (8 * FLOATS_PER_ROW))
     total_rows = rows_per_partition * partitions

@@ -26,8 +26,18 @@ from typing import Any
 
 from . import bench_commit, bench_writer
 from .common import (
-    REPO_ROOT, RESULTS_DIR, S3CostModel, human_bytes, human_seconds, log, machine_description, md_table,
-    describe_ratio, parse_size, save_json, start_server,
+    REPO_ROOT,
+    RESULTS_DIR,
+    S3CostModel,
+    describe_ratio,
+    human_bytes,
+    human_seconds,
+    log,
+    machine_description,
+    md_table,
+    parse_size,
+    save_json,
+    start_server,
 )
 
 OUTPUT = REPO_ROOT / "BENCHMARKS.md"

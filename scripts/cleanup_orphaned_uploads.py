@@ -6,7 +6,7 @@ exit status 0 when everything selected was dealt with, 1 on a failure or an inte
 Safe to run every hour, and even twice at once:
 
 * uploads of live jobs are never aborted: a job that is committing is left for `mpcommit jobs recover`, a job
-  still writing is live while it was active within --older-than (see mpcommit.uploads);
+  still writing is live while it was active within --older-than (see mpcommit.operations.uploads);
 * an upload that vanishes between listing and aborting (another cleaner, or its job, got there first) is
   logged as "vanished", not as an error;
 * SIGINT or SIGTERM (e.g. from `timeout`) stops cleanly after the requests in flight and logs what was done.
@@ -32,9 +32,9 @@ import click
 
 from mpcommit.cli.common import DURATION, JOB_ID, S3URI, human_age
 from mpcommit.errors import MpcommitError, UsageError
+from mpcommit.operations.uploads import DEFAULT_THREADS, AbortOutcome, AbortResult, CleanupReport, UploadScope, cleanup
 from mpcommit.options import S3Options
 from mpcommit.store.s3 import store_for
-from mpcommit.uploads import DEFAULT_THREADS, AbortOutcome, AbortResult, CleanupReport, UploadScope, cleanup
 
 log = logging.getLogger("cleanup_orphaned_uploads")
 

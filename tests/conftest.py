@@ -1,7 +1,7 @@
 """Shared fixtures: real S3 backends for every test.
 
 Backends (both speak S3 over HTTP on 127.0.0.1):
-- ``moto``: moto's server in this process (:class:`mpcommit.embedded.EmbeddedS3Server`), started once per session.
+- ``moto``: moto's server in this process (:class:`mpcommit.demo.embedded_s3.EmbeddedS3Server`), started once per session.
 - ``localstack``: LocalStack 4.13.1 as a host process on a free port, started by the harness on first use
   (``localstack/start.sh``; its log is ``localstack/state/PORT/localstack.log``) and stopped at session end.
 

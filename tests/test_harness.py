@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from mpcommit.embedded import EmbeddedS3Server
+from mpcommit.demo.embedded_s3 import EmbeddedS3Server
 from tests.conftest import Backend, raw_s3_client
 from tests.support.checks import (
     all_keys,

@@ -19,7 +19,7 @@ from mpcommit.catalog import (
     SparkSqlCatalog,
     TableName,
 )
-from mpcommit.records.success import PartitionStats
+from mpcommit.protocol.records.success import PartitionStats
 
 
 def session(workdir: str) -> Any:

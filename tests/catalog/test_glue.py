@@ -24,7 +24,7 @@ from mpcommit.catalog import (
     sync,
 )
 from mpcommit.modes import CommitOutcome
-from mpcommit.records.success import PartitionStats
+from mpcommit.protocol.records.success import PartitionStats
 from tests.catalog.conftest import PARQUET_SD, create_table, partitions, stats_of, write
 from tests.support.checks import read_object, visible_keys
 

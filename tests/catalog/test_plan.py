@@ -27,7 +27,7 @@ from mpcommit.catalog.plan import (
 from mpcommit.catalog.spark_catalog import add_partitions_sql, set_properties_sql, sql_string, unset_properties_sql
 from mpcommit.catalog.sync import _register
 from mpcommit.errors import UsageError
-from mpcommit.records.success import PartitionStats, SuccessData
+from mpcommit.protocol.records.success import PartitionStats, SuccessData
 
 T = TableName("db", "t")
 NOW = 1_700_000_000

@@ -15,7 +15,7 @@ import pytest
 
 from mpcommit import Job
 from mpcommit.cli.main import main
-from mpcommit.lifecycle import RULE_ID
+from mpcommit.operations.lifecycle import RULE_ID
 from tests.support.checks import pending_uploads
 
 from .conftest import Run, assert_clean_error, cli, cli_env, data_key, mpcommit_command, run, start_uploads

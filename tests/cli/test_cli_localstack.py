@@ -11,8 +11,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from mpcommit import Job, faults
+from mpcommit import Job
 from mpcommit.errors import CommitStateUnknownError
+from mpcommit.protocol import faults
 from tests.support.checks import pending_upload_entries, pending_uploads, visible_keys
 
 from .conftest import cli, data_key, start_uploads

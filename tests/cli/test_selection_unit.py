@@ -10,9 +10,9 @@ from datetime import datetime, timezone
 import pytest
 
 from mpcommit.errors import UsageError
-from mpcommit.lifecycle import RULE_ID, Change, abort_rules, merge
 from mpcommit.modes import JobState
-from mpcommit.uploads import (
+from mpcommit.operations.lifecycle import RULE_ID, Change, abort_rules, merge
+from mpcommit.operations.uploads import (
     InProgressUpload,
     OwningJob,
     UploadScope,

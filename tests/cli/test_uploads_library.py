@@ -1,4 +1,4 @@
-"""mpcommit.uploads against moto, in process: live jobs are protected, vanished uploads are not errors,
+"""mpcommit.operations.uploads against moto, in process: live jobs are protected, vanished uploads are not errors,
 cancelling stops cleanly. (moto reports every upload as initiated in 2010, so every upload is "old" here:
 exactly the situation in which only the job records keep a live job's uploads alive.)"""
 
@@ -8,11 +8,12 @@ import threading
 
 import pytest
 
-from mpcommit import Job, faults
+from mpcommit import Job
 from mpcommit.errors import CommitStateUnknownError, JobStateError
-from mpcommit.recovery import recover
+from mpcommit.operations.uploads import AbortOutcome, UploadScope, cleanup, list_uploads
+from mpcommit.protocol import faults
+from mpcommit.protocol.recovery import recover
 from mpcommit.store.s3 import S3Store
-from mpcommit.uploads import AbortOutcome, UploadScope, cleanup, list_uploads
 from tests.support.checks import pending_uploads, visible_keys
 
 from .conftest import data_key, start_uploads

@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from mpcommit.errors import InvalidPartError, NoSuchKeyError, NoSuchUploadError, PreconditionFailedError, StoreError
-from mpcommit.records.manifest import PendingUpload
+from mpcommit.protocol.records.manifest import PendingUpload
 from mpcommit.sizing import MAX_PART_SIZE, MIN_PART_SIZE, crc32_b64
 from mpcommit.store.s3 import CompletedPart, ObjectInfo
 

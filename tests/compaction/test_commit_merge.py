@@ -9,15 +9,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from mpcommit import Job, faults, recover
+from mpcommit import Job, recover
 from mpcommit.compaction import MergePolicy
 from mpcommit.compaction.commit_merge import BinOutcome, StagingSink, merge_at_commit, plan_commit_merges
 from mpcommit.errors import CommitStateUnknownError, ManifestCorruptError, ManifestVersionError, ProtocolError
-from mpcommit.layout import Destination
-from mpcommit.options import WriterSettings
-from mpcommit.records.job import CommitJournal, MergedFile
-from mpcommit.records.manifest import Part, PendingUpload
 from mpcommit.modes import PartitionOverwrite, WriteMode
+from mpcommit.options import WriterSettings
+from mpcommit.protocol import faults
+from mpcommit.protocol.layout import Destination
+from mpcommit.protocol.records.job import CommitJournal, MergedFile
+from mpcommit.protocol.records.manifest import Part, PendingUpload
 from mpcommit.sizing import MiB
 from tests.support.checks import all_keys, pending_uploads, read_object, visible_keys
 
@@ -246,8 +247,8 @@ def test_journal_refuses_merges_outside_the_job(bad: MergedFile) -> None:
 
 
 def test_plan_commit_merges_counts_uploads_but_merges_only_staged() -> None:
-    from mpcommit.records.manifest import StagedFile, TaskManifest
     from mpcommit.options import S3Options
+    from mpcommit.protocol.records.manifest import StagedFile, TaskManifest
 
     staged = tuple(StagedFile(f"t/p=1/part-0000{i}-{JOB}.c000.csv", f"t/_temporary/mpcommit/{JOB}/staged/x/{i}",
                               100, f'"e{i}"', rows=2, partition="p=1") for i in range(3))

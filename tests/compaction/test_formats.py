@@ -18,7 +18,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from mpcommit.compaction.errors import MixedSchemaError, SourceChangedError, UnreadableSourceError, UnsupportedFormatError
+from mpcommit.compaction.errors import (
+    MixedSchemaError,
+    SourceChangedError,
+    UnreadableSourceError,
+    UnsupportedFormatError,
+)
 from mpcommit.compaction.executor import SerialExecutor, run_merge
 from mpcommit.compaction.formats import (
     Compression,

@@ -25,7 +25,7 @@ from mpcommit.compaction.parts import (
     pack_stream,
     plan_parts,
 )
-from mpcommit.sizing import GiB, MAX_PART_SIZE, MAX_PARTS, MIN_PART_SIZE, MiB, TiB
+from mpcommit.sizing import MAX_PART_SIZE, MAX_PARTS, MIN_PART_SIZE, GiB, MiB, TiB
 
 EDGE_SIZES = [
     0, 1, 4, 1000, MIN_PART_SIZE - 1, MIN_PART_SIZE, MIN_PART_SIZE + 1, 2 * MIN_PART_SIZE - 1, 2 * MIN_PART_SIZE,

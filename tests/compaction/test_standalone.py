@@ -14,10 +14,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from mpcommit import faults, recover
+from mpcommit import recover
 from mpcommit.compaction import standalone
 from mpcommit.compaction.standalone import BinStatus, Outcome, compact
 from mpcommit.errors import CommitStateUnknownError
+from mpcommit.protocol import faults
 from mpcommit.sizing import MIN_PART_SIZE
 from tests.support.checks import all_keys, pending_uploads, read_object, visible_keys
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from mpcommit import Job, faults
+from mpcommit import Job
 from mpcommit.errors import (
     CommitStateUnknownError,
     DestinationExistsError,
@@ -18,7 +18,8 @@ from mpcommit.errors import (
 )
 from mpcommit.modes import CommitOutcome
 from mpcommit.options import WriterSettings
-from mpcommit.recovery import list_jobs, recover
+from mpcommit.protocol import faults
+from mpcommit.protocol.recovery import list_jobs, recover
 from mpcommit.sizing import MiB
 from tests.support.checks import pending_uploads, read_object, visible_keys
 
@@ -71,7 +72,7 @@ def test_exact_content_after_job_commit(backend, bucket):
     assert report.partitions == ("dt=1", "dt=2")
     assert pending_uploads(backend.client, bucket, "t") == []
     # The hidden prefix is gone; _SUCCESS names exactly the committed files.
-    from mpcommit.records.success import SuccessData
+    from mpcommit.protocol.records.success import SuccessData
 
     success = SuccessData.from_bytes(read_object(backend.client, bucket, "t/_SUCCESS"), where="test")
     assert success.job_id == job.job_id and set(success.filenames) == set(seen)

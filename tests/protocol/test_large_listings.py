@@ -16,8 +16,8 @@ import pytest
 from mpcommit import Job
 from mpcommit.cli.main import cli
 from mpcommit.compaction import compact
-from mpcommit.layout import parse_uri
-from mpcommit.recovery import list_jobs
+from mpcommit.protocol.layout import parse_uri
+from mpcommit.protocol.recovery import list_jobs
 from mpcommit.store import store_for
 from tests.support.checks import visible_keys
 

@@ -12,8 +12,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from mpcommit import Job, S3Options, faults
-from mpcommit.layout import Destination
+from mpcommit import Job, S3Options
+from mpcommit.protocol import faults
+from mpcommit.protocol.layout import Destination
 from tests.reliability import crash_driver as plan
 
 OLD = {f"t/dt={i % 3}/old-{i}.txt": f"old {i}\n".encode() for i in range(5)}
@@ -64,14 +65,14 @@ def is_success(key: str) -> bool:
 
 @contextmanager
 def small_delete_batches() -> Iterator[None]:
-    import mpcommit.commit
+    import mpcommit.protocol.commit
 
-    saved = mpcommit.commit.DELETE_BATCH
-    mpcommit.commit.DELETE_BATCH = DELETE_BATCH
+    saved = mpcommit.protocol.commit.DELETE_BATCH
+    mpcommit.protocol.commit.DELETE_BATCH = DELETE_BATCH
     try:
         yield
     finally:
-        mpcommit.commit.DELETE_BATCH = saved
+        mpcommit.protocol.commit.DELETE_BATCH = saved
 
 
 def run_job_in_process(scene: Scene, point: tuple[str, int] | None = None, *, options: S3Options | None = None,

@@ -22,11 +22,11 @@ import pytest
 
 from mpcommit import Job
 from mpcommit.errors import MpcommitError, NoSuchUploadError
-from mpcommit.layout import Destination, job_id_of_key
 from mpcommit.modes import JobState
-from mpcommit.recovery import list_jobs, recover
+from mpcommit.operations.uploads import UploadScope, cleanup, list_uploads
+from mpcommit.protocol.layout import Destination, job_id_of_key
+from mpcommit.protocol.recovery import list_jobs, recover
 from mpcommit.sizing import MiB
-from mpcommit.uploads import UploadScope, cleanup, list_uploads
 from tests.reliability.crash_driver import SMALL_PARTS
 from tests.support.checks import pending_uploads
 from tests.support.invariants import (

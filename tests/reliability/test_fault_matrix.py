@@ -18,15 +18,16 @@ from pathlib import Path
 
 import pytest
 
-from mpcommit import Job, faults
+from mpcommit import Job
 from mpcommit.errors import CommitStateUnknownError, JobStateError
-from mpcommit.records.manifest import TaskResult
-from mpcommit.recovery import list_jobs, recover
+from mpcommit.protocol import faults
+from mpcommit.protocol.records.manifest import TaskResult
+from mpcommit.protocol.recovery import list_jobs, recover
 from tests.reliability import crash_driver as plan
 from tests.reliability.scene import (
+    DELETE_BATCH,
     EXPECTED,
     OLD,
-    DELETE_BATCH,
     Scene,
     is_old,
     is_success,

@@ -31,11 +31,19 @@ from mpcommit.errors import (
     RetriesExhaustedError,
     UsageError,
 )
-from mpcommit.layout import JobPaths, parse_partition_path
-from mpcommit.records.manifest import TaskManifest, TaskResult
-from mpcommit.recovery import recover
-from mpcommit.sizing import MAX_OBJECT_SIZE, MAX_PART_SIZE, MAX_PARTS, MIN_PART_SIZE, MiB, check_schedule_reaches_limit, plan_part_sizes
 from mpcommit.options import WriterSettings
+from mpcommit.protocol.layout import JobPaths, parse_partition_path
+from mpcommit.protocol.records.manifest import TaskManifest, TaskResult
+from mpcommit.protocol.recovery import recover
+from mpcommit.sizing import (
+    MAX_OBJECT_SIZE,
+    MAX_PART_SIZE,
+    MAX_PARTS,
+    MIN_PART_SIZE,
+    MiB,
+    check_schedule_reaches_limit,
+    plan_part_sizes,
+)
 from tests.support.checks import pending_uploads, read_object
 from tests.support.fault_proxy import Fault, FaultProxy, FaultRule
 from tests.support.invariants import (
@@ -190,8 +198,8 @@ def test_a_hostile_manifest_is_refused_and_nothing_is_completed_or_deleted(reque
 def _unchecked_manifest(doc: dict[str, Any]) -> TaskManifest:
     """Build a TaskManifest object from a hostile document without validating it (as a buggy or malicious
     worker could hand one over in memory)."""
-    from mpcommit.records.base import Reader
-    from mpcommit.records.manifest import PendingUpload, StagedFile
+    from mpcommit.protocol.records.base import Reader
+    from mpcommit.protocol.records.manifest import PendingUpload, StagedFile
 
     r = Reader(doc, what="test", where="test")
     return TaskManifest(
@@ -330,9 +338,9 @@ def test_a_file_larger_than_10000_initial_parts_fits_the_growing_schedule():
 
 def test_a_writer_that_would_exceed_the_part_limit_fails_clearly_and_leaves_no_upload(backend, monkeypatch):
     """The 10,001st part, made cheap: the limit lowered to 3 parts of 5 MiB."""
-    import mpcommit.writer
+    import mpcommit.protocol.writer
 
-    monkeypatch.setattr(mpcommit.writer, "MAX_PARTS", 3)
+    monkeypatch.setattr(mpcommit.protocol.writer, "MAX_PARTS", 3)
     v = make_victims(backend)
     job = Job.create(f"s3://{v.bucket}/t", s3=backend.options, job_id=JOB,
                      writer=WriterSettings(initial_part_size=5 * MiB, parts_per_size_step=10_000, upload_threads=2))

@@ -26,11 +26,12 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from mpcommit import Job, faults
+from mpcommit import Job
 from mpcommit.errors import CommitStateUnknownError, JobStateError
-from mpcommit.layout import Destination
-from mpcommit.recovery import recover
-from mpcommit.uploads import UploadScope, cleanup
+from mpcommit.operations.uploads import UploadScope, cleanup
+from mpcommit.protocol import faults
+from mpcommit.protocol.layout import Destination
+from mpcommit.protocol.recovery import recover
 from tests.support.checks import is_hidden, read_object
 from tests.support.invariants import bucket_state
 

@@ -17,12 +17,13 @@ from typing import Any
 
 import pytest
 
-from mpcommit import Job, RetryPolicy, S3Options, faults
+from mpcommit import Job, RetryPolicy, S3Options
 from mpcommit.errors import MpcommitError
-from mpcommit.layout import Destination
-from mpcommit.recovery import list_jobs, recover
-from mpcommit.store.s3 import CompletedPart, S3Store, store_for
+from mpcommit.protocol import faults
+from mpcommit.protocol.layout import Destination
+from mpcommit.protocol.recovery import list_jobs, recover
 from mpcommit.sizing import crc32_b64
+from mpcommit.store.s3 import CompletedPart, S3Store, store_for
 from tests.support.checks import all_keys, read_object
 from tests.support.fault_proxy import Fault, FaultProxy, FaultRule
 from tests.support.servers import free_port

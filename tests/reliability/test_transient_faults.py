@@ -15,7 +15,7 @@ import pytest
 
 from mpcommit import Job, RetryPolicy
 from mpcommit.errors import CommitStateUnknownError, RetriesExhaustedError
-from mpcommit.recovery import recover
+from mpcommit.protocol.recovery import recover
 from tests.reliability import crash_driver as plan
 from tests.reliability.scene import (
     EXPECTED,

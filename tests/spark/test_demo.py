@@ -12,9 +12,9 @@ import pytest
 from rich.console import Console
 
 from mpcommit.cli.main import main as cli_main
-from mpcommit.commit import CommitReport
-from mpcommit.demo import _verdict
+from mpcommit.demo.main_job import _verdict
 from mpcommit.modes import CommitOutcome
+from mpcommit.protocol.commit import CommitReport
 
 ROOT = Path(__file__).parents[2]
 

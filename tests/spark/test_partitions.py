@@ -55,8 +55,9 @@ def test_one_task_with_many_more_partitions_than_open_writers(spark, moto_backen
         per_partition[key.rsplit("/", 1)[0]] = per_partition.get(key.rsplit("/", 1)[0], 0) + 1
     assert len(per_partition) == n_days and set(per_partition.values()) == {1}, "one file per partition"
     assert all("part-00000-" in k for k in keys), "all from the one task"
-    from pyarrow import fs as pafs
     from urllib.parse import urlsplit
+
+    from pyarrow import fs as pafs
 
     fs = pafs.S3FileSystem(access_key="test", secret_key="test", region="us-east-1", scheme="http",
                            endpoint_override=urlsplit(moto_backend.endpoint_url).netloc)

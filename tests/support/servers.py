@@ -1,6 +1,6 @@
 """Real S3 servers for the tests.
 
-- moto: :class:`mpcommit.embedded.EmbeddedS3Server`, in this process (see :func:`start_moto`).
+- moto: :class:`mpcommit.demo.embedded_s3.EmbeddedS3Server`, in this process (see :func:`start_moto`).
 - LocalStack 4.13.1: a separate host process managed by ``localstack/start.sh`` / ``stop.sh``
   (see :func:`start_localstack`). Its state and log live in ``localstack/state/PORT/``.
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from mpcommit.embedded import EmbeddedS3Server
+from mpcommit.demo.embedded_s3 import EmbeddedS3Server
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LOCALSTACK_DIR = REPO_ROOT / "localstack"
@@ -99,6 +99,6 @@ def start_localstack(port: int | None = None, *, timeout: float = 300.0, watch_t
 
 
 def start_moto() -> ServerHandle:
-    """Start moto's S3 server in this process (:class:`~mpcommit.embedded.EmbeddedS3Server`)."""
+    """Start moto's S3 server in this process (:class:`~mpcommit.demo.embedded_s3.EmbeddedS3Server`)."""
     server = EmbeddedS3Server().start()
     return ServerHandle(name="moto", endpoint_url=server.endpoint_url, port=server.port, _stop=server.stop)

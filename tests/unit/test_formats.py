@@ -16,6 +16,7 @@ import pyarrow.csv as pcsv
 import pyarrow.json as pjson
 import pyarrow.parquet as pq
 import pytest
+
 from mpcommit.errors import UsageError
 from mpcommit.formats import CsvFormat, JsonFormat, ParquetFormat, TextFormat, make_format
 

@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mpcommit.errors import InvalidUriError, UsageError
-from mpcommit.layout import (
+from mpcommit.protocol.layout import (
     DEFAULT_PARTITION,
     Destination,
     JobPaths,

@@ -17,8 +17,13 @@ from hypothesis import strategies as st
 
 from mpcommit.errors import UsageError
 from mpcommit.formats import make_format
-from mpcommit.layout import DEFAULT_PARTITION, parse_partition_path
-from mpcommit.partitioning import PartitionedWriter, partition_value_text, resolve_partition_columns, split_batch
+from mpcommit.formats.partitioning import (
+    PartitionedWriter,
+    partition_value_text,
+    resolve_partition_columns,
+    split_batch,
+)
+from mpcommit.protocol.layout import DEFAULT_PARTITION, parse_partition_path
 
 
 class MemorySink(io.RawIOBase):

@@ -6,9 +6,18 @@ import orjson
 import pytest
 
 from mpcommit.errors import ManifestCorruptError, ManifestScopeError, ManifestVersionError
-from mpcommit.layout import JobPaths, new_job_id, parse_uri
 from mpcommit.modes import PartitionOverwrite, WriteMode
-from mpcommit.records import CommitJournal, DeleteEntry, JobDescriptor, Part, PendingUpload, SuccessData, TaskManifest, TaskResult
+from mpcommit.protocol.layout import JobPaths, new_job_id, parse_uri
+from mpcommit.protocol.records import (
+    CommitJournal,
+    DeleteEntry,
+    JobDescriptor,
+    Part,
+    PendingUpload,
+    SuccessData,
+    TaskManifest,
+    TaskResult,
+)
 
 DEST = parse_uri("s3://bkt/table")
 JOB = new_job_id()

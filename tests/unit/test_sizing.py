@@ -9,11 +9,11 @@ from hypothesis import strategies as st
 from mpcommit.errors import UsageError
 from mpcommit.options import WriterSettings
 from mpcommit.sizing import (
-    GiB,
     MAX_OBJECT_SIZE,
     MAX_PART_SIZE,
     MAX_PARTS,
     MIN_PART_SIZE,
+    GiB,
     MiB,
     capacity,
     check_schedule_reaches_limit,

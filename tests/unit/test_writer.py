@@ -7,8 +7,8 @@ import pytest
 
 from mpcommit.errors import ChecksumMismatchError, TransientStoreError
 from mpcommit.options import WriterSettings
+from mpcommit.protocol.writer import MultipartWriter
 from mpcommit.sizing import MiB, crc32_b64
-from mpcommit.writer import MultipartWriter
 
 
 class FakeStore:

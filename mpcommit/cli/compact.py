@@ -1,0 +1,99 @@
+"""``mpcommit compact S3URI``: merge the small files of an existing dataset (see
+:mod:`mpcommit.compaction.standalone`)."""
+
+from __future__ import annotations
+
+import click
+from rich import box
+from rich.table import Table
+
+from ..compaction.planner import HIVE_SMALL_FILE_AVG, HIVE_TARGET_SIZE
+from ..compaction.standalone import BinStatus, CompactionReport, Outcome
+from ..compaction.standalone import compact as run_compact
+from .common import S3URI, SIZE, ProgressBars, cli_context, err_console, human_bytes, out_console, print_json
+
+FORMATS = ("parquet", "json", "text", "csv", "csv-header")
+
+
+class _Bars(ProgressBars):
+    LABELS = {
+        **ProgressBars.LABELS,
+        "list": "Listing files",
+        "plan": "Planning bins",
+        "merge": "Merging bins",
+        "commit.complete": "Completing merged files",
+        "commit.replace": "Deleting merged sources",
+    }
+
+    def __call__(self, phase: str, done: int, total: int | None) -> None:
+        if phase in self.LABELS:  # the commit's other steps are quick: no bar of their own
+            super().__call__(phase, done, total or None)
+
+
+@click.command(short_help="Merge small files of a dataset into large ones, with server-side copies.")
+@click.argument("uri", type=S3URI, metavar="S3URI")
+@click.option("--target-size", type=SIZE, default=None, metavar="SIZE",
+              help=f"Pack merged files up to this size. Default: {HIVE_TARGET_SIZE:,} bytes (Hive's).")
+@click.option("--small-file-avg", type=SIZE, default=None, metavar="SIZE",
+              help=f"Merge a partition when its average file is smaller. Default: {HIVE_SMALL_FILE_AVG:,} bytes (Hive's).")
+@click.option("--format", "fmt", type=click.Choice(FORMATS, case_sensitive=False), default=None,
+              help="The files' format, when their names do not say (csv-header: CSV whose files start with a "
+                   "header line). Default: from the file suffixes.")
+@click.option("--dry-run", is_flag=True, help="Print the plan; change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of a table.")
+@click.pass_context
+def compact(ctx: click.Context, uri: str, target_size: int | None, small_file_avg: int | None, fmt: str | None,
+            dry_run: bool, as_json: bool) -> None:
+    """Merge the small files of the dataset at S3URI, per partition directory, as a job of its own.
+
+    Merged files are assembled in multipart uploads, mostly from server-side copies of their sources;
+    they are completed first, then the sources deleted (each only if unchanged since planning). If the run
+    is interrupted, `mpcommit jobs recover S3URI` finishes it: every row stays visible exactly once.
+    Exit status 1 when a partition could not be merged (its files are left as they are).
+    """
+    with _Bars() as bars:
+        report = run_compact(uri, s3=cli_context(ctx).s3, target_size=target_size, small_file_avg=small_file_avg,
+                             format=fmt, dry_run=dry_run, progress=bars)
+    if as_json:
+        print_json(report.to_json())
+    else:
+        _print(report)
+    skipped = report.skipped
+    if skipped:
+        err = err_console()
+        for b in skipped:
+            err.print(f"mpcommit: warning: {b.partition or '(root)'}: {len(b.sources)} files not merged: {b.message}")
+        err.print(f"mpcommit: error: {len(skipped)} of {len(report.bins)} bins could not be merged; "
+                  "their files were left as they are")
+        ctx.exit(1)
+
+
+def _print(report: CompactionReport) -> None:
+    out = out_console()
+    if not report.bins:
+        out.print(f"Nothing to compact under {report.uri}: {report.files_listed} files, no partition whose average "
+                  f"file is under {human_bytes(report.policy.small_file_avg)} (or too few files to merge).")
+        return
+    table = Table(box=box.SIMPLE_HEAD)
+    for column in ("partition", "files", "bytes", "format", "strategy", "status", "output"):
+        table.add_column(column, justify="right" if column in ("files", "bytes") else "left", overflow="fold")
+    for b in report.bins:
+        table.add_row(b.partition or "(root)", str(len(b.sources)), human_bytes(b.bytes), b.group, b.strategy,
+                      b.status.value, b.output.rsplit("/", 1)[-1])
+    out.print(table)
+    merged = report.merged
+    if report.outcome is Outcome.DRY_RUN:
+        total = sum(len(b.sources) for b in report.bins)
+        out.print(f"Dry run: {len(report.bins)} merged files would replace {total} files "
+                  f"({human_bytes(sum(b.bytes for b in report.bins))}); nothing was changed.")
+        return
+    files = sum(len(b.sources) for b in merged)
+    stats = report.stats
+    out.print(
+        f"Job {report.job_id}: {len(merged)} merged files replaced {files} files "
+        f"({human_bytes(sum(b.bytes for b in merged))}); {human_bytes(stats.get('copied', 0))} copied server-side, "
+        f"{human_bytes(stats.get('throughClient', 0))} through this client."
+        if merged else f"Job {report.job_id}: nothing merged (rolled back)."
+    )
+    if any(b.status is BinStatus.SKIPPED for b in report.bins):
+        out.print("Some bins were skipped: see the messages on stderr.")

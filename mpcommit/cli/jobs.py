@@ -1,0 +1,187 @@
+"""``mpcommit jobs list|recover|abort``: the jobs found under a destination's hidden prefix, and what to do
+with the stuck ones (see :mod:`mpcommit.protocol.recovery`)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import click
+from rich import box
+from rich.table import Table
+from rich.text import Text
+
+from ..errors import JobStateError, NoSuchKeyError
+from ..modes import JobState
+from ..operations.uploads import DEFAULT_THREADS, UploadScope, list_uploads
+from ..protocol.commit import JobCommitter
+from ..protocol.job import Job
+from ..protocol.recovery import JobStatus, RecoveryAction, list_jobs, recover
+from .common import (
+    DURATION,
+    JOB_ID,
+    S3URI,
+    ProgressBars,
+    cli_context,
+    destination,
+    err_console,
+    fail,
+    human_age,
+    human_bytes,
+    human_time,
+    out_console,
+    print_json,
+    require_confirmation_possible,
+)
+
+
+@click.group(short_help="Jobs under a destination: list, recover (finish or roll back), abort.")
+def jobs() -> None:
+    """Jobs under a destination's hidden prefix: writing, committing (needs recover) or committed."""
+
+
+def _status_json(s: JobStatus, now: float) -> dict[str, object]:
+    age = s.age_seconds(now)
+    return {
+        "jobId": s.job_id, "state": s.state.value, "purpose": s.purpose, "mode": s.mode,
+        "created": s.created_ms, "ageSeconds": round(age, 3) if age is not None else None, "records": s.records,
+        "pendingUploads": s.pending_uploads, "pendingBytes": s.pending_bytes,
+    }
+
+
+@jobs.command("list")
+@click.argument("uri", type=S3URI, metavar="S3URI")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of a table.")
+@click.pass_context
+def list_command(ctx: click.Context, uri: str, as_json: bool) -> None:
+    """List the jobs that have records under S3URI, with state, age, pending uploads and bytes."""
+    dest = destination(uri)
+    store = cli_context(ctx).store()
+    with ProgressBars() as progress:
+        with progress.status(f"Reading jobs under {dest.uri}"):
+            statuses = list_jobs(store, dest)
+        if any(s.pending_uploads for s in statuses):
+            # Bytes held, measured in parallel (one ListParts per upload); counted from the same listing.
+            held: dict[str, list[int]] = {}
+            for u in list_uploads(store, UploadScope.parse(dest.uri), threads=DEFAULT_THREADS, progress=progress):
+                if u.job_id is not None:
+                    held.setdefault(u.job_id, []).append(u.bytes or 0)
+            statuses = [replace(s, pending_uploads=len(held.get(s.job_id, [])), pending_bytes=sum(held.get(s.job_id, [])))
+                        for s in statuses]
+        else:
+            statuses = [replace(s, pending_bytes=0) for s in statuses]
+    now = time.time()
+    if as_json:
+        print_json({"uri": dest.uri, "jobs": [_status_json(s, now) for s in statuses]})
+        return
+    out = out_console()
+    if not statuses:
+        out.print(f"No jobs under {dest.uri} (nothing in {dest.hidden_root}).")
+        return
+    # Narrower than 140 columns: only what fits beside a whole job id (--json always has everything).
+    wide = out.width >= 140
+    names = ["Job", "State", "Purpose", "Mode", "Created", "Age", "Records", "Uploads", "Bytes"]
+    shown = names if wide else ["Job", "State", "Age", "Uploads", "Bytes"]
+    table = Table(title=f"Jobs under {dest.uri}", title_justify="left", box=box.HEAVY_HEAD if wide else box.SIMPLE_HEAD)
+    for name in shown:
+        table.add_column(name, justify="left" if name in ("Job", "State", "Purpose", "Mode", "Created") else "right",
+                         no_wrap=True)
+    styles = {JobState.COMMITTING: "bold yellow", JobState.COMMITTED: "green"}
+    for s in statuses:
+        cells = {
+            "Job": s.job_id, "State": Text(s.state.value, style=styles.get(s.state, "")),
+            "Purpose": s.purpose or "?", "Mode": s.mode or "?", "Created": human_time(s.created_ms),
+            "Age": human_age(s.age_seconds(now)), "Records": f"{s.records:,}", "Uploads": f"{s.pending_uploads:,}",
+            "Bytes": human_bytes(s.pending_bytes),
+        }
+        table.add_row(*(cells[name] for name in shown))
+    out.print(table)
+    if any(s.state is JobState.COMMITTING for s in statuses):
+        out.print(f"A committing job was interrupted mid-commit: finish it with `mpcommit jobs recover {dest.uri}`.")
+
+
+def _action_json(a: RecoveryAction) -> dict[str, object]:
+    return {"jobId": a.job_id, "action": a.action, "detail": a.detail,
+            "report": a.report.summary() if a.report is not None else None}
+
+
+@jobs.command("recover")
+@click.argument("uri", type=S3URI, metavar="S3URI")
+@click.option("--job", "job_id", type=JOB_ID, metavar="ID", help="Only this job (rolled back if it is not committing).")
+@click.option("--older-than", type=DURATION, metavar="DUR",
+              help="Also roll back uncommitted jobs at least this old (without it, writing jobs are left alone).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of text.")
+@click.pass_context
+def recover_command(ctx: click.Context, uri: str, job_id: str | None, older_than: float | None, as_json: bool) -> None:
+    """Finish interrupted commits under S3URI from their journals, and roll back old or named uncommitted jobs.
+
+    The result of finishing equals an uninterrupted commit. A job still writing and younger than --older-than
+    is left alone: it may be live.
+    """
+    dest = destination(uri)
+    store = cli_context(ctx).store()
+    out = out_console()
+    actions: list[RecoveryAction] = []
+
+    def on_action(a: RecoveryAction) -> None:
+        actions.append(a)
+        if not as_json:
+            style = {"failed": "bold red", "skipped": "dim"}.get(a.action, "")
+            out.print(Text.assemble((f"{a.action:<12}", style), f" {a.job_id}  {a.detail}"))
+
+    with ProgressBars() as progress, progress.status(f"Recovering jobs under {dest.uri}"):
+        recover(dest, store=store, job_id=job_id, older_than=older_than, on_action=on_action)
+    missing = job_id is not None and not actions
+    ok = not missing and not any(a.action == "failed" for a in actions)
+    if as_json:
+        print_json({"uri": dest.uri, "actions": [_action_json(a) for a in actions], "ok": ok})
+    elif not actions and not missing:
+        out.print(f"No jobs under {dest.uri}: nothing to recover.")
+    if missing:
+        fail(f"no job {job_id} has records under {dest.uri}")
+    if not ok:
+        ctx.exit(1)
+
+
+@jobs.command("abort")
+@click.argument("uri", type=S3URI, metavar="S3URI")
+@click.option("--job", "job_id", type=JOB_ID, metavar="ID", required=True, help="The job to roll back.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation (needed when stdin is not a terminal).")
+@click.pass_context
+def abort_command(ctx: click.Context, uri: str, job_id: str, yes: bool) -> None:
+    """Roll back job ID under S3URI: abort all its uploads and remove its records.
+
+    Refused for a job that is committing (its files may be partly visible): use `mpcommit jobs recover`.
+    """
+    require_confirmation_possible(yes=yes)
+    dest = destination(uri)
+    store = cli_context(ctx).store()
+    out = out_console()
+    with ProgressBars() as progress, progress.status(f"Looking up job {job_id}"):
+        status = next((s for s in list_jobs(store, dest) if s.job_id == job_id), None)
+        orphans = [u for u in list_uploads(store, UploadScope.parse(dest.uri), sizes=False) if u.job_id == job_id]
+    if status is None and not orphans:
+        fail(f"no job {job_id} under {dest.uri}: it has no records and no pending uploads there")
+        ctx.exit(1)
+    if status is not None and status.state is JobState.COMMITTING:
+        raise JobStateError(
+            f"job {job_id} is committing: its files may be partly visible and rolling back would lose them. "
+            f"Finish it with `mpcommit jobs recover {dest.uri} --job {job_id}`."
+        )
+    uploads = status.pending_uploads if status is not None else len(orphans)
+    if not yes:
+        state = status.state.value if status is not None else "no records left"
+        if not click.confirm(f"Roll back job {job_id} ({state}) under {dest.uri}: abort {uploads:,} upload(s) and "
+                             f"remove {status.records if status else 0:,} record(s)?", default=False, err=True):
+            err_console().print("Not confirmed: nothing was changed.")
+            ctx.exit(1)
+    with ProgressBars() as progress, progress.status(f"Rolling back job {job_id}"):
+        try:
+            report = Job.open(dest.uri, job_id, store=store).abort()
+            aborted, removed = report.aborted_uploads, report.deleted_records
+        except NoSuchKeyError:
+            # No descriptor (never written, or removed by an interrupted cleanup): roll back what is left.
+            fallback = JobCommitter(store, dest, job_id).abort()
+            aborted, removed = fallback.aborted_uploads, fallback.deleted_records
+    out.print(f"Rolled back job {job_id} under {dest.uri}: aborted {aborted:,} upload(s), removed {removed:,} "
+              "record(s). Nothing of it is pending any more.")

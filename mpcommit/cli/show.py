@@ -1,0 +1,69 @@
+"""``mpcommit show S3URI``: the ``_SUCCESS`` summary a commit wrote last, for people (or as JSON)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import click
+from rich.table import Table
+
+from ..errors import ManifestError, NoSuchKeyError
+from ..protocol.records.success import SuccessData
+from .common import S3URI, cli_context, destination, fail, human_age, human_bytes, human_time, out_console, print_json
+
+#: Committed files listed by default; --files lists them all.
+FILES_SHOWN = 10
+PARTITIONS_SHOWN = 10
+
+
+@click.command("show", short_help="The _SUCCESS summary of the last commit to S3URI.")
+@click.argument("uri", type=S3URI, metavar="S3URI")
+@click.option("--files", "all_files", is_flag=True, help="List every committed file, not only the first few.")
+@click.option("--json", "as_json", is_flag=True, help="Print the _SUCCESS document itself.")
+@click.pass_context
+def show(ctx: click.Context, uri: str, all_files: bool, as_json: bool) -> None:
+    """Show the _SUCCESS summary of the last commit to S3URI: job, time, mode, files, bytes, rows, timings."""
+    dest = destination(uri)
+    store = cli_context(ctx).store()
+    where = f"s3://{dest.bucket}/{dest.success_key}"
+    try:
+        data = store.get_object(dest.bucket, dest.success_key)
+    except NoSuchKeyError:
+        fail(f"no {where}: nothing was committed to {dest.uri} (or not by a committer that writes _SUCCESS)")
+        ctx.exit(1)
+    try:
+        success = SuccessData.from_bytes(data, where=where)
+    except ManifestError as exc:
+        what = "an empty file (Hadoop's FileOutputCommitter writes those)" if not data.strip() else "not mpcommit's"
+        fail(f"{where} is {what}: {exc}" if data.strip() else f"{where} is {what}")
+        ctx.exit(1)
+    if as_json:
+        print_json(json.loads(data))
+        return
+    out = out_console()
+    table = Table(title=where, title_justify="left", show_header=False, box=None, pad_edge=False)
+    table.add_column("field", style="bold", no_wrap=True)
+    table.add_column("value", overflow="fold")
+    age = human_age(time.time() - success.timestamp_ms / 1000)
+    table.add_row("Job", success.job_id)
+    table.add_row("Committed", f"{human_time(success.timestamp_ms)} ({age} ago)" +
+                  (f" on {success.hostname}" if success.hostname else ""))
+    table.add_row("Mode", success.mode + (f" ({success.purpose})" if success.purpose != "write" else ""))
+    table.add_row("Files", f"{success.files:,}")
+    table.add_row("Bytes", f"{human_bytes(success.bytes)} ({success.bytes:,})")
+    table.add_row("Rows", f"{success.rows:,}" if success.rows is not None else "unknown")
+    parts = list(success.partitions)
+    listed = ", ".join(parts[:PARTITIONS_SHOWN]) + (f", ... ({len(parts) - PARTITIONS_SHOWN:,} more)"
+                                                    if len(parts) > PARTITIONS_SHOWN else "")
+    table.add_row("Partitions", f"{len(parts):,}" + (f": {listed}" if parts else ""))
+    if success.timings:
+        table.add_row("Timings", "  ".join(f"{k} {v:.3f}s" for k, v in success.timings.items()))
+    out.print(table)
+    names = success.filenames if all_files else success.filenames[:FILES_SHOWN]
+    if names:
+        out.print("Files:")
+        for name in names:
+            out.print(f"  {name}", markup=False)
+        if len(success.filenames) > len(names):
+            out.print(f"  ... and {len(success.filenames) - len(names):,} more (--files lists them all)")

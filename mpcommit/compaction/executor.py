@@ -1,0 +1,343 @@
+"""Run one merge: a multipart upload whose parts are server-side copies and packed fetched bytes.
+
+The upload is left uncompleted and handed back as a :class:`PendingUpload`, exactly like a task's file, so
+that the job commit completes it (or aborts it) with everything else. The abort is registered the moment
+the upload exists: any failure -- a source that changed, a part refused, a format error in the stream --
+aborts it and raises, leaving the sources untouched.
+
+Parts run in parallel on an executor; pass :class:`SerialExecutor` to make failure tests deterministic.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..errors import MpcommitError, NoSuchKeyError, PreconditionFailedError
+from ..protocol.records.manifest import Part, PendingUpload
+from ..sizing import MAX_PARTS, crc32_b64
+from ..store.s3 import S3Store
+from .errors import MergeError, MergePlanError, SourceChangedError
+from .parts import CopyPart, Literal, PartPlan, Range, Segment, UploadPart, pack_stream
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MERGE_THREADS = 8
+#: Small sources fetched ahead of the one being assembled.
+PREFETCH = 8
+#: Stream parts uploading at once (bounds memory to about this many parts).
+STREAM_PARTS_IN_FLIGHT = 4
+
+
+class Assembler(Protocol):
+    """Turns the stream's fetched pieces into the bytes of the merged object (a format's rules)."""
+
+    def feed(self, piece: Range, data: bytes) -> bytes: ...
+
+    def finish(self) -> bytes: ...
+
+
+class AssemblerSpec(Protocol):
+    """A small, picklable description of an assembler (it travels to Spark executors with the merge)."""
+
+    def new(self) -> Assembler: ...
+
+
+@dataclass(frozen=True)
+class MergeTask:
+    """Everything needed to build one merged object. Picklable.
+
+    ``rows``: the merged row count when known in advance (Parquet footers); otherwise the assembler's
+    ``rows`` attribute after the stream, if it has one.
+    """
+
+    key: str
+    plan: PartPlan
+    assembler: AssemblerSpec | None = None
+    partition: str = ""
+    rows: int | None = None
+    content_type: str | None = None
+    sources: tuple[str, ...] = ()
+
+
+@dataclass
+class MergeStats:
+    """Bytes that passed through the client, and what was copied server-side. Thread-safe."""
+
+    fetched: int = 0
+    uploaded: int = 0
+    copied: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, *, fetched: int = 0, uploaded: int = 0, copied: int = 0) -> None:
+        with self._lock:
+            self.fetched += fetched
+            self.uploaded += uploaded
+            self.copied += copied
+
+    @property
+    def through_client(self) -> int:
+        return self.fetched + self.uploaded
+
+    def to_json(self) -> dict[str, int]:
+        return {"fetched": self.fetched, "uploaded": self.uploaded, "copied": self.copied,
+                "throughClient": self.through_client}
+
+
+class SerialExecutor(Executor):
+    """Runs every submitted call at once, in the caller's thread: deterministic order for tests."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:  # type: ignore[override]
+        future: Future = Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # noqa: BLE001 - delivered through the future
+            future.set_exception(exc)
+        return future
+
+
+class _Identity:
+    def feed(self, piece: Range, data: bytes) -> bytes:
+        return data
+
+    def finish(self) -> bytes:
+        return b""
+
+
+def fetch_range(store: S3Store, bucket: str, piece: Range, stats: MergeStats | None = None) -> bytes:
+    """The bytes of ``piece``, only if its source still has the planned ETag."""
+    if piece.length == 0:
+        return b""
+    src = piece.source
+    try:
+        data = store.get_object(bucket, src.key, byte_range=(piece.start, piece.end - 1), if_match=src.etag)
+    except (PreconditionFailedError, NoSuchKeyError) as exc:
+        raise SourceChangedError(
+            f"s3://{bucket}/{src.key} changed or was deleted after the merge was planned; merge skipped, "
+            "sources left as they are"
+        ) from exc
+    if len(data) != piece.length:
+        raise SourceChangedError(
+            f"s3://{bucket}/{src.key}: asked for bytes {piece.start}..{piece.end}, got {len(data)} bytes "
+            "(the object is shorter than planned); merge skipped"
+        )
+    if stats is not None:
+        stats.add(fetched=len(data))
+    return data
+
+
+def run_merge(
+    store: S3Store,
+    bucket: str,
+    task: MergeTask,
+    *,
+    pool: Executor | None = None,
+    stats: MergeStats | None = None,
+    threads: int = DEFAULT_MERGE_THREADS,
+) -> PendingUpload:
+    """Build ``task.key`` as an uncompleted multipart upload and return it; abort it on any failure."""
+    stats = stats if stats is not None else MergeStats()
+    own_pool = pool is None
+    workers: Executor = pool if pool is not None else ThreadPoolExecutor(threads, thread_name_prefix="mpcommit-merge")
+    upload_id = store.create_multipart_upload(bucket, task.key, content_type=task.content_type)
+    try:
+        parts, rows = _build(store, bucket, task, upload_id, workers, stats)
+    except BaseException as exc:
+        _abort(store, bucket, task.key, upload_id)
+        if isinstance(exc, MpcommitError) and not isinstance(exc, MergeError):
+            raise MergeError(f"merging into s3://{bucket}/{task.key} failed: {exc}") from exc
+        raise
+    finally:
+        if own_pool:
+            workers.shutdown(wait=True)
+    return PendingUpload(
+        key=task.key, upload_id=upload_id, parts=tuple(parts), size=sum(p.size for p in parts),
+        rows=task.rows if task.rows is not None else rows, partition=task.partition,
+    )
+
+
+def _abort(store: S3Store, bucket: str, key: str, upload_id: str) -> None:
+    try:
+        store.abort_multipart_upload(bucket, key, upload_id)
+    except Exception as exc:  # noqa: BLE001 - never raise over the error that got us here
+        log.warning("could not abort merge upload %s of s3://%s/%s: %s (the job's cleanup aborts it by job id)",
+                    upload_id, bucket, key, exc)
+
+
+def _build(store: S3Store, bucket: str, task: MergeTask, upload_id: str, workers: Executor,
+           stats: MergeStats) -> tuple[list[Part], int | None]:
+    plan = task.plan
+    futures: list[Future[Part]] = [
+        workers.submit(_run_fixed_part, store, bucket, task.key, upload_id, part, stats) for part in plan.parts
+    ]
+    uploader = _StreamUploader(store, bucket, task.key, upload_id, workers, stats,
+                               first_number=len(plan.parts) + 1, part_size=plan.upload_part_size)
+    assembler = task.assembler.new() if task.assembler is not None else _Identity()
+    try:
+        for chunk in _assembled(store, bucket, plan.stream, assembler, workers, stats):
+            uploader.write(chunk)
+        uploader.close()
+    finally:
+        # Wait for every part in flight, even when failing: an abort must come after the parts it cancels
+        # (a part that lands after the abort would be billed until the next cleanup).
+        parts = [_result(f) for f in futures + uploader.futures]
+    errors = [p for p in parts if isinstance(p, BaseException)]
+    if errors:
+        raise errors[0]
+    done: list[Part] = sorted(parts, key=lambda p: p.number)  # type: ignore[arg-type]
+    if not done:
+        # Nothing at all (every source empty): a zero-byte object is one empty part.
+        done = [_upload(store, bucket, task.key, upload_id, 1, b"", stats)]
+    if len(done) > MAX_PARTS:
+        raise MergePlanError(f"s3://{bucket}/{task.key} would need {len(done)} parts, more than {MAX_PARTS}")
+    return done, getattr(assembler, "rows", None)
+
+
+def _result(future: Future) -> Part | BaseException:
+    try:
+        return future.result()
+    except BaseException as exc:  # noqa: BLE001 - collected, the first one is raised
+        return exc
+
+
+def _run_fixed_part(store: S3Store, bucket: str, key: str, upload_id: str, part: CopyPart | UploadPart,
+                    stats: MergeStats) -> Part:
+    if isinstance(part, CopyPart):
+        src = part.source
+        try:
+            done = store.upload_part_copy(bucket, key, upload_id, part.number, source_key=src.key,
+                                          source_etag=src.etag, byte_range=(part.start, part.end - 1))
+        except (PreconditionFailedError, NoSuchKeyError) as exc:
+            raise SourceChangedError(
+                f"s3://{bucket}/{src.key} changed or was deleted after the merge was planned; merge skipped, "
+                "sources left as they are"
+            ) from exc
+        stats.add(copied=part.size)
+        return Part(part.number, done.etag, part.size, done.crc32)
+    body = b"".join(
+        fetch_range(store, bucket, piece, stats) if isinstance(piece, Range) else piece.data
+        for piece in _coalesced(part.pieces)
+    )
+    return _upload(store, bucket, key, upload_id, part.number, body, stats)
+
+
+def _coalesced(pieces: tuple[Segment, ...]) -> Iterator[Segment]:
+    """Adjacent ranges of one source become one request."""
+    pending: Range | None = None
+    for piece in pieces:
+        if isinstance(piece, Range) and pending is not None and piece.source == pending.source \
+                and piece.start == pending.end and piece.transform == pending.transform:
+            pending = Range(pending.source, pending.start, piece.end, pending.transform)
+            continue
+        if pending is not None:
+            yield pending
+            pending = None
+        if isinstance(piece, Range):
+            pending = piece
+        else:
+            yield piece
+    if pending is not None:
+        yield pending
+
+
+def _upload(store: S3Store, bucket: str, key: str, upload_id: str, number: int, body: bytes,
+            stats: MergeStats) -> Part:
+    crc = crc32_b64(body)
+    etag = store.upload_part(bucket, key, upload_id, number, body, crc)
+    stats.add(uploaded=len(body))
+    return Part(number, etag, len(body), crc)
+
+
+def _assembled(store: S3Store, bucket: str, stream: tuple[Segment, ...], assembler: Assembler,
+               workers: Executor, stats: MergeStats) -> Iterator[bytes]:
+    """The stream's bytes, in order: ranges fetched ahead in parallel, then passed through the assembler."""
+    ahead: deque[tuple[Segment, Future[bytes] | None]] = deque()
+    items = iter(stream)
+
+    def refill() -> None:
+        while len(ahead) < PREFETCH:
+            piece = next(items, None)
+            if piece is None:
+                return
+            if isinstance(piece, Range):
+                ahead.append((piece, workers.submit(fetch_range, store, bucket, piece, stats)))
+            else:
+                ahead.append((piece, None))
+
+    try:
+        refill()
+        while ahead:
+            piece, future = ahead.popleft()
+            refill()
+            if isinstance(piece, Literal):
+                yield piece.data
+            else:
+                assert future is not None and isinstance(piece, Range)
+                yield assembler.feed(piece, future.result())
+        yield assembler.finish()
+    finally:
+        for _piece, future in ahead:
+            if future is not None:
+                future.cancel()
+
+
+class _StreamUploader:
+    """Packs pushed bytes into parts of ``part_size`` (the last one smaller) and uploads them in parallel,
+    with at most ``STREAM_PARTS_IN_FLIGHT`` bodies held at once."""
+
+    def __init__(self, store: S3Store, bucket: str, key: str, upload_id: str, workers: Executor, stats: MergeStats,
+                 *, first_number: int, part_size: int):
+        self._store, self._bucket, self._key, self._upload_id = store, bucket, key, upload_id
+        self._workers = workers
+        self._stats = stats
+        self._number = first_number
+        self._part_size = part_size
+        self._buffer = bytearray()
+        self._futures: list[Future[Part]] = []
+        self._slots = threading.BoundedSemaphore(STREAM_PARTS_IN_FLIGHT)
+
+    def write(self, data: bytes) -> None:
+        if not data:
+            return
+        self._buffer += data
+        if len(self._buffer) >= self._part_size:
+            bodies = list(pack_stream([bytes(self._buffer)], self._part_size))
+            # The last body may be short: keep it buffered, more bytes may follow.
+            if len(bodies[-1]) < self._part_size:
+                self._buffer = bytearray(bodies.pop())
+            else:
+                self._buffer = bytearray()
+            for body in bodies:
+                self._send(body)
+
+    def _send(self, body: bytes) -> None:
+        number = self._number
+        self._number += 1
+        if number > MAX_PARTS:
+            raise MergePlanError(f"s3://{self._bucket}/{self._key} needs more than {MAX_PARTS} parts")
+        self._slots.acquire()
+        try:
+            future = self._workers.submit(_upload, self._store, self._bucket, self._key, self._upload_id, number,
+                                          body, self._stats)
+        except BaseException:
+            self._slots.release()
+            raise
+        future.add_done_callback(lambda _f: self._slots.release())
+        self._futures.append(future)
+        for f in self._futures:  # stop feeding a merge that already failed
+            if f.done() and f.exception() is not None:
+                raise f.exception()  # type: ignore[misc]
+
+    def close(self) -> None:
+        if self._buffer:
+            self._send(bytes(self._buffer))
+            self._buffer = bytearray()
+
+    @property
+    def futures(self) -> list[Future[Part]]:
+        return list(self._futures)

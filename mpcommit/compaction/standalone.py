@@ -1,0 +1,392 @@
+"""``mpcommit compact``: compact an existing dataset as a job of its own.
+
+1. List the destination's data files and plan bins (per partition directory, Hive's rule).
+2. Create a job (``purpose="compact"``). Merge every bin into an uncompleted multipart upload of a new file
+   named with the job's id, and record it in a task manifest, one "task" per bin. A bin that cannot be
+   merged (mixed schemas, an unreadable file, a source changed or deleted meanwhile) is skipped: its
+   upload is aborted and its sources stay as they are.
+3. Commit the job with one ``delete`` entry per source of a merged bin, pinned by the ETag it was merged
+   from. The journal is written before anything is completed; the merged files are completed first, the
+   sources deleted after (a source whose ETag changed is left alone). After a crash anywhere past the
+   journal, ``mpcommit jobs recover`` finishes exactly this; before it, recovery rolls the job back and
+   the sources were never touched. Either way every row is visible exactly once at the end.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import Executor, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from ..errors import MpcommitError
+from ..options import S3Options
+from ..protocol.commit import CommitReport
+from ..protocol.job import Job
+from ..protocol.layout import Destination, data_file_name, is_hidden_key, new_job_id, parse_uri
+from ..protocol.records.job import DeleteEntry
+from ..protocol.records.manifest import INLINE_MAX_PARTS, PendingUpload, TaskManifest, TaskResult
+from ..store.s3 import S3Store, store_for
+from .errors import MergeError, SourceChangedError
+from .executor import DEFAULT_MERGE_THREADS, MergeStats, run_merge
+from .formats import Compression, FileKind, Format, detect_kind, prepare
+from .parts import SourceObject
+from .planner import Bin, Candidate, MergePolicy, plan_bins
+
+#: Bins merged at once (each runs its parts on the shared part pool).
+DEFAULT_BIN_THREADS = 4
+
+#: ``progress(step, done, total)``; ``total`` is 0 when unknown.
+Progress = Callable[[str, int, int], None]
+
+
+class BinStatus(str, Enum):
+    PLANNED = "planned"   # dry run
+    MERGED = "merged"     # committed: the merged file is visible, its sources deleted
+    SKIPPED = "skipped"   # could not be merged; sources left as they are
+
+
+class Outcome(str, Enum):
+    DRY_RUN = "dry_run"
+    NOTHING_TO_DO = "nothing_to_do"
+    COMMITTED = "committed"
+    NOTHING_MERGED = "nothing_merged"  # every bin was skipped; the job was rolled back
+
+
+@dataclass(frozen=True)
+class BinReport:
+    partition: str
+    output: str
+    sources: tuple[str, ...]
+    bytes: int
+    group: str
+    status: BinStatus
+    strategy: str = ""
+    message: str = ""
+    merged_bytes: int | None = None
+    rows: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "partition": self.partition, "output": self.output, "sources": list(self.sources),
+            "files": len(self.sources), "bytes": self.bytes, "group": self.group, "status": self.status.value,
+            "strategy": self.strategy, "message": self.message, "mergedBytes": self.merged_bytes, "rows": self.rows,
+        }
+
+
+@dataclass(frozen=True)
+class CompactionReport:
+    uri: str
+    outcome: Outcome
+    policy: MergePolicy
+    bins: tuple[BinReport, ...]
+    files_listed: int
+    files_ignored: int
+    job_id: str | None = None
+    stats: dict[str, int] = field(default_factory=dict)
+    requests: dict[str, int] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    commit: CommitReport | None = None
+
+    @property
+    def merged(self) -> tuple[BinReport, ...]:
+        return tuple(b for b in self.bins if b.status is BinStatus.MERGED)
+
+    @property
+    def skipped(self) -> tuple[BinReport, ...]:
+        return tuple(b for b in self.bins if b.status is BinStatus.SKIPPED)
+
+    def to_json(self) -> dict[str, Any]:
+        merged = self.merged
+        return {
+            "uri": self.uri, "outcome": self.outcome.value, "jobId": self.job_id,
+            "policy": {"smallFileAvg": self.policy.small_file_avg, "targetSize": self.policy.target_size},
+            "filesListed": self.files_listed, "filesIgnored": self.files_ignored,
+            "binsPlanned": len(self.bins), "binsMerged": len(merged), "binsSkipped": len(self.skipped),
+            "filesMerged": sum(len(b.sources) for b in merged), "filesWritten": len(merged),
+            "bytesMerged": sum(b.bytes for b in merged),
+            "bins": [b.to_json() for b in self.bins],
+            "stats": dict(self.stats), "requests": dict(self.requests),
+            "timings": {k: round(v, 4) for k, v in self.timings.items()},
+        }
+
+
+def _noop(_step: str, _done: int, _total: int) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class _Planned:
+    bin: Bin
+    kind: FileKind
+    number: int
+    output: str
+
+
+@dataclass
+class Listing:
+    """The data files under a destination as planner candidates, with their kinds; how many objects were
+    listed, how many of them have an unknown format (left alone), and how many objects lie under each
+    directory prefix (to choose between a listing and HEAD requests when checking sources again)."""
+
+    candidates: list[Candidate]
+    kinds: dict[str, FileKind]
+    listed: int
+    ignored: int
+    under: Counter[str]
+
+
+def list_candidates(store: S3Store, destination: Destination, fmt: Format | None) -> Listing:
+    """List the destination once: data files (hidden ones skipped) become candidates."""
+    candidates: list[Candidate] = []
+    kinds: dict[str, FileKind] = {}
+    under: Counter[str] = Counter()
+    listed = ignored = 0
+    for obj in store.list_objects(destination.bucket, destination.root):
+        directory = obj.key.rsplit("/", 1)[0] + "/" if "/" in obj.key else ""
+        while True:
+            under[directory] += 1
+            if len(directory) <= len(destination.root):
+                break
+            directory = directory[:-1].rsplit("/", 1)[0] + "/" if "/" in directory[:-1] else ""
+        if obj.key.endswith("/") or is_hidden_key(destination, obj.key):
+            continue
+        listed += 1
+        rel = obj.key[len(destination.root):]
+        partition, _, name = rel.rpartition("/")
+        kind = detect_kind(name, fmt)
+        if kind is None:
+            ignored += 1
+            continue
+        kinds[obj.key] = kind
+        candidates.append(Candidate(obj.key, obj.size, obj.etag, partition, kind.group))
+    return Listing(candidates, kinds, listed, ignored, under)
+
+
+def compact(
+    uri: str,
+    *,
+    s3: S3Options | None = None,
+    target_size: int | str | None = None,
+    small_file_avg: int | str | None = None,
+    format: Format | str | None = None,  # noqa: A002 - the CLI's name for it
+    dry_run: bool = False,
+    progress: Progress | None = None,
+    store: S3Store | None = None,
+    threads: int = DEFAULT_MERGE_THREADS,
+    bin_threads: int = DEFAULT_BIN_THREADS,
+    pool: Executor | None = None,
+) -> CompactionReport:
+    """Compact the dataset at ``uri``: see the module docstring. Returns what was planned and done.
+
+    Raises UsageError for bad arguments, StoreError when the listing fails, CommitStateUnknownError when
+    the commit failed after its journal (run ``mpcommit jobs recover``). Bins that cannot be merged do not
+    raise: they are reported as skipped, with the reason.
+    """
+    t0 = time.monotonic()
+    progress = progress or _noop
+    destination = parse_uri(uri)
+    policy = MergePolicy.parse(small_file_avg=small_file_avg, target_size=target_size)
+    fmt = Format.parse(format) if format else None
+    options = s3 or S3Options()
+    store = store or store_for(options)
+    before = store.request_counts()
+    timings: dict[str, float] = {}
+
+    listing = list_candidates(store, destination, fmt)
+    kinds, listed, ignored = listing.kinds, listing.listed, listing.ignored
+    progress("list", listed, listed)
+    bins = plan_bins(listing.candidates, policy)
+    timings["plan"] = time.monotonic() - t0
+    progress("plan", len(bins), len(bins))
+
+    job_id = "<job>" if dry_run or not bins else new_job_id()
+    planned = [_Planned(b, kinds[b.sources[0].key], i, _output_key(destination, b, kinds[b.sources[0].key], i, job_id))
+               for i, b in enumerate(bins)]
+
+    def report(outcome: Outcome, bin_reports: list[BinReport], **extra: Any) -> CompactionReport:
+        after = store.request_counts()
+        timings["total"] = time.monotonic() - t0
+        return CompactionReport(
+            uri=destination.uri, outcome=outcome, policy=policy, bins=tuple(bin_reports), files_listed=listed,
+            files_ignored=ignored, requests={k: after.get(k, 0) - before.get(k, 0) for k in after if after.get(k, 0) - before.get(k, 0)},
+            timings=timings, **extra,
+        )
+
+    if dry_run or not bins:
+        return report(Outcome.DRY_RUN if dry_run else Outcome.NOTHING_TO_DO,
+                      [_bin_report(p, BinStatus.PLANNED) for p in planned])
+
+    job = Job.create(destination.uri, mode="append", s3=options, purpose="compact", store=store, job_id=job_id,
+                     progress=lambda step, done, total: progress(f"commit.{step}", done, total))
+    stats = MergeStats()
+    own_pool = pool is None
+    parts_pool: Executor = pool or ThreadPoolExecutor(threads, thread_name_prefix="mpcommit-compact")
+    try:
+        t = time.monotonic()
+        outcomes = _merge_all(job, store, planned, parts_pool, stats, bin_threads, progress)
+        timings["merge"] = time.monotonic() - t
+        t = time.monotonic()
+        outcomes = _verify_sources(store, destination.bucket, planned, outcomes, parts_pool, listing.under)
+        timings["verify"] = time.monotonic() - t
+    except BaseException:
+        job.abort()
+        raise
+    finally:
+        if own_pool:
+            parts_pool.shutdown(wait=True)
+
+    results = [o for o in outcomes if isinstance(o, TaskResult)]
+    reports = [
+        _bin_report(p, BinStatus.MERGED, pending=_pending_of(o)) if isinstance(o, TaskResult)
+        else _bin_report(p, BinStatus.SKIPPED, message=str(o))
+        for p, o in zip(planned, outcomes)
+    ]
+    if not results:
+        job.abort()
+        return report(Outcome.NOTHING_MERGED, reports, job_id=job.job_id, stats=stats.to_json())
+    delete = [DeleteEntry(src.key, src.etag) for p, o in zip(planned, outcomes) if isinstance(o, TaskResult)
+              for src in p.bin.sources]
+    t = time.monotonic()
+    committed = job.commit(results, delete=delete)
+    timings["commit"] = time.monotonic() - t
+    return report(Outcome.COMMITTED, reports, job_id=job.job_id, stats=stats.to_json(), commit=committed)
+
+
+def _output_key(destination: Destination, b: Bin, kind: FileKind, number: int, job_id: str) -> str:
+    if job_id == "<job>":
+        name = f"part-{number:05d}-<job>.c000.{kind.ext}"
+    else:
+        name = data_file_name(task_id=number, job_id=job_id, file_number=0, ext=kind.ext)
+    return f"{destination.root}{b.partition + '/' if b.partition else ''}{name}"
+
+
+def _bin_report(p: _Planned, status: BinStatus, *, message: str = "", pending: PendingUpload | None = None) -> BinReport:
+    big = sum(1 for s in p.bin.sources if s.size >= 5 * 1024 * 1024)
+    if p.kind.format is Format.PARQUET:
+        strategy = "concat" if big else "rewrite"
+    elif not p.kind.compression.concatenates or (p.kind.header and p.kind.compression is not Compression.NONE):
+        strategy = "recompress"
+    else:
+        strategy = "concat"
+    return BinReport(
+        partition=p.bin.partition, output=p.output, sources=p.bin.keys, bytes=p.bin.size, group=p.bin.group,
+        status=status, strategy=strategy, message=message,
+        merged_bytes=pending.size if pending else None, rows=pending.rows if pending else None,
+    )
+
+
+def _pending_of(result: TaskResult) -> PendingUpload | None:
+    return result.manifest.uploads[0] if result.manifest and result.manifest.uploads else None
+
+
+def _merge_all(job: Job, store: S3Store, planned: list[_Planned], parts_pool: Executor, stats: MergeStats,
+               bin_threads: int, progress: Progress) -> list[TaskResult | MergeError]:
+    done = 0
+    lock = threading.Lock()
+
+    def one(p: _Planned) -> TaskResult | MergeError:
+        nonlocal done
+        try:
+            return _merge_bin(job, store, p, parts_pool, stats)
+        except MergeError as exc:
+            return exc
+        except MpcommitError as exc:  # a store failure on this bin: skip it, like any other
+            return MergeError(f"bin {p.number} ({p.output}) not merged: {exc}")
+        finally:
+            with lock:
+                done += 1
+                progress("merge", done, len(planned))
+
+    with ThreadPoolExecutor(max(1, bin_threads), thread_name_prefix="mpcommit-bin") as bins_pool:
+        return list(bins_pool.map(one, planned))
+
+
+def _merge_bin(job: Job, store: S3Store, p: _Planned, parts_pool: Executor, stats: MergeStats) -> TaskResult:
+    bucket = job.destination.bucket
+    sources = [SourceObject(c.key, c.etag, c.size) for c in p.bin.sources]
+    task = prepare(store, bucket, sources, p.kind, key=p.output, partition=p.bin.partition, stats=stats)
+    pending = run_merge(store, bucket, task, pool=parts_pool, stats=stats)
+    try:
+        return record_uploads(job, p.number, [pending], store=store)
+    except BaseException:
+        store.abort_multipart_upload(bucket, pending.key, pending.upload_id)
+        raise
+
+
+def record_uploads(job: Job, task_id: int, uploads: list[PendingUpload], *, store: S3Store) -> TaskResult:
+    """Write a task manifest for uploads made outside a TaskAttempt (merges) and return its result."""
+    spec = job.spec
+    nonce = secrets.token_hex(4)
+    manifest = TaskManifest(
+        job_id=job.job_id, bucket=job.destination.bucket, prefix=job.destination.prefix, task_id=task_id,
+        attempt=0, nonce=nonce, created_ms=int(time.time() * 1000), uploads=tuple(sorted(uploads, key=lambda u: u.key)),
+    )
+    manifest.validate(destination=job.destination, job_id=job.job_id)
+    key = spec.paths.task_manifest(task_id, 0, nonce)
+    store.put_object(job.destination.bucket, key, manifest.to_bytes())
+    rows = [u.rows for u in uploads]
+    return TaskResult(
+        job_id=job.job_id, task_id=task_id, attempt=0, manifest_key=key,
+        manifest=manifest if manifest.part_count <= INLINE_MAX_PARTS else None,
+        files=len(uploads), bytes=sum(u.size for u in uploads),
+        rows=None if any(r is None for r in rows) else sum(rows),  # type: ignore[misc]
+        partitions=tuple(sorted({u.partition for u in uploads})),
+    )
+
+
+def _verify_sources(store: S3Store, bucket: str, planned: list[_Planned], outcomes: list[TaskResult | MergeError],
+                    pool: Executor, under: Counter[str]) -> list[TaskResult | MergeError]:
+    """Just before the commit: a bin whose source changed or vanished since it was merged is dropped (its
+    upload aborted), so that a merged file never brings back rows deleted meanwhile. The commit's deletes
+    are pinned by ETag as well; this narrows the window to the commit itself.
+
+    Per directory, one listing when it costs fewer requests than a HEAD per source (``under`` counts the
+    objects below each directory, from the first listing)."""
+    by_dir: dict[str, list[str]] = {}
+    for p, o in zip(planned, outcomes):
+        if isinstance(o, TaskResult):
+            for src in p.bin.sources:
+                by_dir.setdefault(src.key.rsplit("/", 1)[0] + "/" if "/" in src.key else "", []).append(src.key)
+
+    def listed(directory: str, keys: list[str]) -> dict[str, str | None]:
+        wanted = set(keys)
+        found: dict[str, str | None] = dict.fromkeys(keys)
+        for obj in store.list_objects(bucket, directory):
+            if obj.key in wanted:
+                found[obj.key] = obj.etag
+        return found
+
+    def headed(key: str) -> dict[str, str | None]:
+        info = store.head_object(bucket, key)
+        return {key: info.etag if info else None}
+
+    futures = []
+    for directory, keys in by_dir.items():
+        if -(-under.get(directory, 0) // 1000) < len(keys):
+            futures.append(pool.submit(listed, directory, keys))
+        else:
+            futures.extend(pool.submit(headed, key) for key in keys)
+    current: dict[str, str | None] = {}
+    for f in futures:
+        current.update(f.result())
+
+    out: list[TaskResult | MergeError] = []
+    for p, o in zip(planned, outcomes):
+        if isinstance(o, TaskResult):
+            changed = [s.key for s in p.bin.sources if current.get(s.key) != s.etag]
+            if changed:
+                pending = _pending_of(o)
+                if pending is not None:
+                    store.abort_multipart_upload(bucket, pending.key, pending.upload_id)
+                o = SourceChangedError(
+                    f"s3://{bucket}/{changed[0]} changed or was deleted while its bin was merged "
+                    f"({len(changed)} source(s)); merge skipped, sources left as they are"
+                )
+        out.append(o)
+    return out

@@ -1,0 +1,220 @@
+"""What every file format has in common: the writer protocol, option parsing and stream compression.
+
+A :class:`FileFormat` is a small, frozen, picklable value (it travels to workers inside the task closure).
+It knows its file extension, refuses a schema it cannot hold (``check_schema``, called before any upload
+starts) and opens a :class:`FormatWriter` over a binary file object -- in practice the streaming
+:class:`~mpcommit.protocol.writer.MultipartWriter`. Format writers never close the file object they write to: the
+caller owns it and decides whether it is finished (handed to the driver) or aborted.
+"""
+
+from __future__ import annotations
+
+import abc
+import io
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, BinaryIO, ClassVar
+
+import pyarrow as pa
+
+from ..errors import UsageError
+
+#: Stream compression of the text formats (CSV, JSON Lines, text): Spark's option value -> (pyarrow codec,
+#: extension suffix). The suffixes are those Hadoop's codecs use, so Spark and Hive read the files back.
+TEXT_COMPRESSION: dict[str, tuple[str | None, str]] = {
+    "none": (None, ""),
+    "gzip": ("gzip", ".gz"),
+    "bzip2": ("bz2", ".bz2"),
+    "zstd": ("zstd", ".zst"),
+}
+_COMPRESSION_ALIASES = {"uncompressed": "none", "gz": "gzip", "bz2": "bzip2", "zstandard": "zstd"}
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+class Options:
+    """Case-insensitive reader of a writer's options (Spark treats option names case-insensitively).
+
+    Values may be strings (as PySpark's ``.option("header", "true")`` passes them), bools or numbers.
+    Each format takes the names it knows; :meth:`finish` refuses whatever is left, so that a misspelt option
+    fails loudly instead of being ignored.
+    """
+
+    def __init__(self, options: Mapping[str, Any] | None, *, what: str):
+        self._what = what
+        self._values: dict[str, tuple[str, Any]] = {}
+        for name, value in (options or {}).items():
+            if not isinstance(name, str):
+                raise UsageError(f"{what} option names must be strings, got {name!r}")
+            folded = name.lower()
+            if folded in self._values:
+                raise UsageError(f"{what} option {name!r} is given twice (option names ignore case)")
+            self._values[folded] = (name, value)
+        self._known: list[str] = []
+
+    def _take(self, *names: str) -> tuple[str, Any] | None:
+        """The first of ``names`` present (aliases); refuses two aliases given at once."""
+        self._known.append(names[0])
+        found = [(n, self._values.pop(n.lower())) for n in names if n.lower() in self._values]
+        if len(found) > 1:
+            raise UsageError(f"{self._what} options {found[0][1][0]!r} and {found[1][1][0]!r} mean the same; give one")
+        return found[0][1] if found else None
+
+    def text(self, *names: str, default: str) -> str:
+        got = self._take(*names)
+        if got is None or got[1] is None:
+            return default
+        if not isinstance(got[1], str):
+            raise UsageError(f"{self._what} option {got[0]!r} must be a string, got {got[1]!r}")
+        return got[1]
+
+    def flag(self, *names: str, default: bool) -> bool:
+        got = self._take(*names)
+        if got is None or got[1] is None:
+            return default
+        name, value = got
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in _TRUE:
+            return True
+        if text in _FALSE:
+            return False
+        raise UsageError(f"{self._what} option {name!r} must be true or false, got {value!r}")
+
+    def integer(self, *names: str, default: int, minimum: int = 0) -> int:
+        got = self._take(*names)
+        if got is None or got[1] is None:
+            return default
+        name, value = got
+        try:
+            number = int(str(value).strip()) if not isinstance(value, bool) else None
+        except ValueError:
+            number = None
+        if number is None or number < minimum:
+            raise UsageError(f"{self._what} option {name!r} must be an integer >= {minimum}, got {value!r}")
+        return number
+
+    def compression(self, *, choices: Mapping[str, Any], default: str) -> str:
+        raw = self.text("compression", "codec", default=default)
+        value = raw.strip().lower()
+        value = _COMPRESSION_ALIASES.get(value, value)
+        if value not in choices:
+            raise UsageError(
+                f"{self._what} does not support compression {raw!r}: use one of {', '.join(sorted(choices))}"
+            )
+        return value
+
+    def finish(self) -> None:
+        """Refuse every option no one took."""
+        if self._values:
+            unknown = ", ".join(repr(original) for original, _ in self._values.values())
+            raise UsageError(
+                f"{self._what} does not know option(s) {unknown}; it accepts: {', '.join(self._known)}"
+            )
+
+
+class FormatWriter(abc.ABC):
+    """Writes record batches of one schema as one file into a binary file object it does not own."""
+
+    rows: int = 0
+
+    @abc.abstractmethod
+    def write(self, batch: pa.RecordBatch) -> None:
+        """Append ``batch`` (whose schema is the one the writer was opened with)."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Finish the file (footer, compressor trailer) into the file object; leaves the file object open."""
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes held by this writer that have not reached the file object yet (for memory accounting)."""
+        return 0
+
+
+@dataclass(frozen=True)
+class FileFormat(abc.ABC):
+    """A configured file format: name, extension, what it can hold, and how to write it."""
+
+    name: ClassVar[str]
+    #: The Content-Type uploaded objects carry.
+    content_type: ClassVar[str] = "application/octet-stream"
+
+    @property
+    @abc.abstractmethod
+    def extension(self) -> str:
+        """The file name's ending after ``part-TTTTT-JOBID.cNNN.``, e.g. ``snappy.parquet`` or ``csv.gz``."""
+
+    @abc.abstractmethod
+    def check_schema(self, schema: pa.Schema) -> None:
+        """Raise UsageError, naming the column, when the format cannot hold a column of ``schema``."""
+
+    @abc.abstractmethod
+    def open(self, sink: BinaryIO, schema: pa.Schema) -> FormatWriter:
+        """Start a file over ``sink``; the schema has been checked by :meth:`check_schema`."""
+
+
+# ---------------------------------------------------------------- shared helpers
+class NonClosingSink(io.RawIOBase):
+    """A view of a binary file object whose ``close`` does not close it.
+
+    pyarrow closes the stream under a ``CompressedOutputStream`` when it is closed; the multipart writer
+    under it must stay open, because closing it is what hands the upload to the task commit.
+    """
+
+    def __init__(self, target: BinaryIO):
+        super().__init__()
+        self._target = target
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        self._target.write(data)
+        return memoryview(data).nbytes
+
+    def tell(self) -> int:
+        return self._target.tell()
+
+    def flush(self) -> None:
+        pass
+
+
+def open_text_stream(sink: BinaryIO, codec: str | None) -> Any:
+    """The stream a text format writes to, plain or compressing. Closing it finishes the compressed stream
+    but leaves ``sink`` open."""
+    if codec is None:
+        return NonClosingSink(sink)
+    return pa.CompressedOutputStream(NonClosingSink(sink), codec)
+
+
+def refuse_types(schema: pa.Schema, *, fmt: str, refuse: Any, why: str) -> None:
+    """Raise UsageError for the first column whose type matches ``refuse`` (a predicate on pa.DataType)."""
+    for field in schema:
+        if refuse(field.type):
+            raise UsageError(
+                f"{fmt} cannot hold column {field.name!r} of type {field.type}: {why}. "
+                "Convert it first (e.g. to_json() or cast to string), or choose format 'parquet'. Nothing was written."
+            )
+
+
+def is_nested(t: pa.DataType) -> bool:
+    return pa.types.is_nested(t) or (pa.types.is_dictionary(t) and pa.types.is_nested(t.value_type))
+
+
+def is_binary(t: pa.DataType) -> bool:
+    return pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t) or (
+        hasattr(pa.types, "is_binary_view") and pa.types.is_binary_view(t)
+    )
+
+
+def is_interval(t: pa.DataType) -> bool:
+    return pa.types.is_duration(t) or pa.types.is_interval(t)
+
+
+def is_string(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or (
+        hasattr(pa.types, "is_string_view") and pa.types.is_string_view(t)
+    )

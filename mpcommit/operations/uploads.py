@@ -1,0 +1,695 @@
+"""Pending multipart uploads under a destination: list them, price them, and abort the orphans safely.
+
+Uncompleted multipart uploads are invisible in object listings yet billed by the byte until someone aborts
+them. Crashed executors and dead drivers leave them behind. This module is the engine-neutral library under
+``mpcommit uploads list|abort`` and ``scripts/cleanup_orphaned_uploads.py``:
+
+* :func:`list_uploads` lists every pending upload under a scope, across all pages, with its age, part count
+  and bytes held (from ListParts) and the job that owns it (every mpcommit key carries its job id).
+* :func:`cleanup` selects uploads by age or by job and aborts them. It never aborts an upload of a *live* job
+  unless that job is named (invariant I6): a job whose records say it is committing is never touched (it must
+  be recovered, not cleaned), and a job that is still writing is live while any of its records or uploads is
+  younger than the age threshold. The S3A committer's ``abort.pending.uploads`` cancels other jobs' work; this
+  must not.
+
+Scopes are exact by default: ``s3://b/data1`` means the keys under ``data1/``, never ``data10/...``. A
+caller may ask for the raw string prefix instead (:meth:`UploadScope.parse` with ``string_prefix=True``).
+Jobs are found by their records wherever they are (the nearest ancestor of the upload keys that holds
+``_temporary/mpcommit/JOBID/``), so a scope that is a partition of a table, or a folder holding several
+tables, protects live jobs just the same.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from enum import Enum
+from typing import Any, TypeVar
+
+from ..errors import JobStateError, ManifestError, MpcommitError, NoSuchKeyError, NoSuchUploadError, UsageError
+from ..modes import JobState
+from ..protocol.layout import (
+    HIDDEN_ROOT,
+    SUCCESS_NAME,
+    Destination,
+    JobPaths,
+    check_job_id,
+    is_job_id,
+    parse_data_name,
+    parse_uri,
+)
+from ..protocol.records.job import JobDescriptor
+from ..protocol.records.success import SuccessData
+from ..store.s3 import S3Store
+
+log = logging.getLogger(__name__)
+
+DEFAULT_THREADS = 16
+
+#: Called as work advances with (phase, done, total); ``total`` is None while unknown (listing).
+#: Phases: "list", "jobs", "size", "abort".
+ProgressHook = Callable[[str, int, "int | None"], None]
+
+T = TypeVar("T")
+
+
+class OperationCancelledError(MpcommitError):
+    """The caller cancelled (Ctrl-C) a listing before it finished; nothing was changed."""
+
+
+# ---------------------------------------------------------------- values
+@dataclass(frozen=True)
+class UploadScope:
+    """Where to look: a bucket and the key prefix handed to ListMultipartUploads.
+
+    Exact scopes (the default) end in ``/`` so that ``s3://b/data1`` never reaches ``data10/``; a string
+    scope uses the URI's path as it is.
+    """
+
+    bucket: str
+    prefix: str
+    string_prefix: bool = False
+
+    @classmethod
+    def parse(cls, uri: str, *, string_prefix: bool = False) -> "UploadScope":
+        destination = parse_uri(uri)
+        if not string_prefix:
+            return cls(destination.bucket, destination.root)
+        # The raw path after the bucket, as typed (parse_uri has already refused what cannot be a prefix).
+        raw = uri.split("://", 1)[1].partition("/")[2]
+        return cls(destination.bucket, raw, string_prefix=True)
+
+    @property
+    def uri(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}"
+
+    def describe(self) -> str:
+        what = "keys starting with" if self.string_prefix else "keys under"
+        return f"{what} {self.uri}"
+
+
+@dataclass(frozen=True)
+class InProgressUpload:
+    """One multipart upload that was started and neither completed nor aborted."""
+
+    key: str
+    upload_id: str
+    initiated: datetime | None
+    job_id: str | None = None
+    #: Filled in by ListParts (:func:`measure`); None until then.
+    parts: int | None = None
+    bytes: int | None = None
+
+    def age_seconds(self, now: float | None = None) -> float | None:
+        """Seconds since the upload was initiated (None when the store did not say)."""
+        if self.initiated is None:
+            return None
+        initiated = self.initiated if self.initiated.tzinfo else self.initiated.replace(tzinfo=timezone.utc)
+        return max(0.0, (time.time() if now is None else now) - initiated.timestamp())
+
+    def to_json(self, now: float | None = None) -> dict[str, Any]:
+        age = self.age_seconds(now)
+        return {
+            "key": self.key,
+            "uploadId": self.upload_id,
+            "initiated": self.initiated.astimezone(timezone.utc).isoformat() if self.initiated else None,
+            "ageSeconds": round(age, 3) if age is not None else None,
+            "parts": self.parts,
+            "bytes": self.bytes,
+            "jobId": self.job_id,
+        }
+
+
+@dataclass(frozen=True)
+class OwningJob:
+    """What a job's records under ``ROOT_temporary/mpcommit/JOBID/`` say about it, for deciding liveness."""
+
+    job_id: str
+    bucket: str
+    root: str  # the destination's key prefix ("" or "table/")
+    state: JobState
+    records: int
+    created_ms: int | None
+    #: The newest sign of life: descriptor, any record, or any of its uploads seen in the listing (ms).
+    last_activity_ms: int | None
+    mode: str | None = None
+    purpose: str | None = None
+
+    @property
+    def destination_uri(self) -> str:
+        return Destination(self.bucket, self.root.rstrip("/")).uri
+
+    def idle_seconds(self, now: float | None = None) -> float | None:
+        if self.last_activity_ms is None:
+            return None
+        return max(0.0, (time.time() if now is None else now) - self.last_activity_ms / 1000)
+
+
+@dataclass(frozen=True)
+class ProtectedUpload:
+    upload: InProgressUpload
+    reason: str
+
+
+@dataclass(frozen=True)
+class AbortPlan:
+    """Which uploads an abort would touch, and which it leaves alone and why."""
+
+    selected: tuple[InProgressUpload, ...]
+    protected: tuple[ProtectedUpload, ...] = ()
+    #: Uploads in the scope that are not old enough (or of another job than the named one).
+    not_matched: int = 0
+
+    @property
+    def selected_bytes(self) -> int:
+        return sum(u.bytes or 0 for u in self.selected)
+
+
+class AbortOutcome(str, Enum):
+    ABORTED = "aborted"
+    #: No longer pending when we got to it: completed or aborted by someone else (another cleaner ran).
+    VANISHED = "vanished"
+    WOULD_ABORT = "would_abort"  # dry run
+    #: Its job started committing after the plan was made: left for `jobs recover`.
+    SKIPPED = "skipped"
+    FAILED = "failed"
+    #: Not attempted: the run was cancelled or stopped at the first failure before its turn.
+    NOT_DONE = "not_done"
+
+
+@dataclass(frozen=True)
+class AbortResult:
+    upload: InProgressUpload
+    outcome: AbortOutcome
+    detail: str = ""
+
+
+@dataclass
+class CleanupReport:
+    """What :func:`cleanup` found, aborted, left alone, and the bytes it freed."""
+
+    scope: UploadScope
+    older_than: float | None
+    job_id: str | None
+    dry_run: bool
+    listed: int = 0
+    plan: AbortPlan | None = None
+    results: list[AbortResult] = field(default_factory=list)
+    cancelled: bool = False
+    seconds: float = 0.0
+
+    def _count(self, outcome: AbortOutcome) -> list[AbortResult]:
+        return [r for r in self.results if r.outcome is outcome]
+
+    @property
+    def aborted(self) -> list[AbortResult]:
+        return self._count(AbortOutcome.ABORTED)
+
+    @property
+    def vanished(self) -> list[AbortResult]:
+        return self._count(AbortOutcome.VANISHED)
+
+    @property
+    def failed(self) -> list[AbortResult]:
+        return self._count(AbortOutcome.FAILED)
+
+    @property
+    def skipped(self) -> list[AbortResult]:
+        return self._count(AbortOutcome.SKIPPED)
+
+    @property
+    def not_done(self) -> list[AbortResult]:
+        return self._count(AbortOutcome.NOT_DONE)
+
+    @property
+    def bytes_freed(self) -> int:
+        return sum(r.upload.bytes or 0 for r in self.aborted)
+
+    @property
+    def ok(self) -> bool:
+        """True when everything selected was dealt with: no failure, not cancelled."""
+        return not self.failed and not self.cancelled and not self.not_done
+
+    def to_json(self, now: float | None = None) -> dict[str, Any]:
+        plan = self.plan or AbortPlan(())
+        return {
+            "uri": self.scope.uri,
+            "stringPrefix": self.scope.string_prefix,
+            "olderThanSeconds": self.older_than,
+            "jobId": self.job_id,
+            "dryRun": self.dry_run,
+            "listed": self.listed,
+            "selected": len(plan.selected),
+            "selectedBytes": plan.selected_bytes,
+            "aborted": len(self.aborted),
+            "bytesFreed": self.bytes_freed,
+            "vanished": len(self.vanished),
+            "skipped": len(self.skipped),
+            "failed": len(self.failed),
+            "notDone": len(self.not_done),
+            "protected": [
+                {**p.upload.to_json(now), "reason": p.reason} for p in plan.protected
+            ],
+            "cancelled": self.cancelled,
+            "ok": self.ok,
+            "seconds": round(self.seconds, 3),
+            "results": [
+                {**r.upload.to_json(now), "outcome": r.outcome.value, **({"detail": r.detail} if r.detail else {})}
+                for r in self.results
+            ],
+        }
+
+
+# ---------------------------------------------------------------- ownership
+def owner_of(key: str) -> tuple[str | None, str | None]:
+    """(job id, destination root) that a key carries: a key under ``ROOT_temporary/mpcommit/JOBID/`` names both;
+    a data file ``part-TTTTT-JOBID.cNNN.EXT`` names its job only (its root is found from the job's records)."""
+    start = 0
+    while True:
+        at = key.find(HIDDEN_ROOT, start)
+        if at < 0:
+            break
+        if at == 0 or key[at - 1] == "/":
+            candidate = key[at + len(HIDDEN_ROOT):].split("/", 1)[0]
+            if is_job_id(candidate):
+                return candidate, key[:at]
+        start = at + 1
+    parsed = parse_data_name(key.rsplit("/", 1)[-1])
+    return (parsed.job_id, None) if parsed else (None, None)
+
+
+def _ancestors(directory: str) -> list[str]:
+    """``"a/b/"`` -> ``["a/b/", "a/", ""]``: the roots a destination owning keys below ``directory`` may have."""
+    out = []
+    parts = [p for p in directory.split("/") if p]
+    for n in range(len(parts), -1, -1):
+        out.append("".join(f"{p}/" for p in parts[:n]))
+    return out
+
+
+def _common_directory(keys: Iterable[str]) -> str:
+    """The longest common directory (ending in '/', or "") of some keys."""
+    dirs = [k.rsplit("/", 1)[0] + "/" if "/" in k else "" for k in keys]
+    if not dirs:
+        return ""
+    common = dirs[0]
+    for d in dirs[1:]:
+        while not d.startswith(common):
+            common = common[:-1].rsplit("/", 1)[0] + "/" if "/" in common[:-1] else ""
+    return common
+
+
+def find_owning_jobs(store: S3Store, bucket: str, uploads: Sequence[InProgressUpload], *,
+                     threads: int = DEFAULT_THREADS, cancel: threading.Event | None = None,
+                     progress: ProgressHook | None = None) -> dict[str, OwningJob]:
+    """For each job id carried by ``uploads``, the job's records, if it still has any.
+
+    A job's destination is an ancestor of all its keys; it is probed from the nearest (the keys' common
+    directory) upwards, one small listing per level, until ``_temporary/mpcommit/JOBID/`` is found. A job
+    without records (committed, aborted, or its driver's records removed) is an orphan and is left out.
+    Jobs are probed in parallel. Raises OperationCancelledError when ``cancel`` is set before the end.
+    """
+    keys_by_job: dict[str, list[str]] = defaultdict(list)
+    newest_upload: dict[str, datetime] = {}
+    root_hint: dict[str, str] = {}
+    for u in uploads:
+        job_id, root = owner_of(u.key)
+        if job_id is None:
+            continue
+        keys_by_job[job_id].append(u.key)
+        if root is not None:
+            root_hint[job_id] = root
+        if u.initiated is not None and (job_id not in newest_upload or u.initiated > newest_upload[job_id]):
+            newest_upload[job_id] = u.initiated
+    job_ids = sorted(keys_by_job)
+    # Shared by the probing threads; a race only costs a second read of the same _SUCCESS.
+    success_cache: dict[str, SuccessData | None] = {}
+
+    def probe(index: int) -> OwningJob | None:
+        job_id = job_ids[index]
+        candidates = [root_hint[job_id]] if job_id in root_hint else _ancestors(_common_directory(keys_by_job[job_id]))
+        for root in candidates:
+            destination = Destination(bucket, root.rstrip("/"))
+            records = list(store.list_objects(bucket, JobPaths(destination, job_id).root))
+            if records:
+                return _job_from_records(store, destination, job_id, records, newest_upload.get(job_id), success_cache)
+        return None
+
+    jobs: dict[str, OwningJob] = {}
+    probed = 0
+
+    def collect(_index: int, future: Future[OwningJob | None]) -> bool:
+        nonlocal probed
+        found = future.result()
+        if found is not None:
+            jobs[found.job_id] = found
+        probed += 1
+        if progress:
+            progress("jobs", probed, len(job_ids))
+        return True
+
+    if not _parallel(range(len(job_ids)), probe, collect, threads=threads, cancel=cancel):
+        raise OperationCancelledError("cancelled while reading job records; nothing was changed")
+    return jobs
+
+
+def _job_from_records(store: S3Store, destination: Destination, job_id: str, records: list[Any],
+                      newest_upload: datetime | None, success_cache: dict[str, SuccessData | None]) -> OwningJob:
+    """The same state rules as :func:`mpcommit.protocol.recovery.list_jobs`: a journal means committing; a _SUCCESS that
+    names the job means committed; otherwise the job may still be writing."""
+    paths = JobPaths(destination, job_id)
+    keys = {o.key for o in records}
+    descriptor = None
+    if paths.descriptor in keys:
+        try:
+            descriptor = JobDescriptor.from_bytes(store.get_object(destination.bucket, paths.descriptor),
+                                                  where=paths.descriptor, destination=destination, job_id=job_id)
+        except (ManifestError, NoSuchKeyError) as exc:
+            log.warning("unreadable job descriptor s3://%s/%s: %s", destination.bucket, paths.descriptor, exc)
+    if paths.journal in keys:
+        state = JobState.COMMITTING
+    else:
+        if destination.root not in success_cache:
+            success_cache[destination.root] = _read_success(store, destination)
+        success = success_cache[destination.root]
+        state = JobState.COMMITTED if success is not None and success.job_id == job_id else JobState.WRITING
+    stamps = [int(o.last_modified.timestamp() * 1000) for o in records if o.last_modified is not None]
+    if descriptor is not None:
+        stamps.append(descriptor.created_ms)
+    if newest_upload is not None:
+        stamps.append(int(_aware(newest_upload).timestamp() * 1000))
+    return OwningJob(
+        job_id=job_id, bucket=destination.bucket, root=destination.root, state=state, records=len(records),
+        created_ms=descriptor.created_ms if descriptor else None, last_activity_ms=max(stamps) if stamps else None,
+        mode=descriptor.mode.value if descriptor else None, purpose=descriptor.purpose if descriptor else None,
+    )
+
+
+def _read_success(store: S3Store, destination: Destination) -> SuccessData | None:
+    key = f"{destination.root}{SUCCESS_NAME}"
+    try:
+        return SuccessData.from_bytes(store.get_object(destination.bucket, key), where=f"s3://{destination.bucket}/{key}")
+    except (NoSuchKeyError, ManifestError):
+        return None
+
+
+def _aware(value: datetime) -> datetime:
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+# ---------------------------------------------------------------- listing
+def list_uploads(store: S3Store, scope: UploadScope, *, older_than: float | None = None, sizes: bool = True,
+                 threads: int = DEFAULT_THREADS, cancel: threading.Event | None = None,
+                 progress: ProgressHook | None = None, now: float | None = None) -> list[InProgressUpload]:
+    """Every pending upload in ``scope`` (all pages), oldest first within a key; ``older_than`` (seconds) keeps
+    only uploads at least that old. With ``sizes``, each carries its parts and bytes (one ListParts each);
+    an upload that vanished meanwhile is left out. Raises OperationCancelledError when ``cancel`` is set."""
+    now = time.time() if now is None else now
+    found: list[InProgressUpload] = []
+    for info in store.list_multipart_uploads(scope.bucket, scope.prefix):
+        if cancel is not None and cancel.is_set():
+            raise OperationCancelledError(f"cancelled after listing {len(found)} uploads; nothing was changed")
+        upload = InProgressUpload(info.key, info.upload_id, info.initiated, owner_of(info.key)[0])
+        if older_than is not None:
+            age = upload.age_seconds(now)
+            if age is None or age < older_than:
+                continue
+        found.append(upload)
+        if progress and len(found) % 100 == 0:
+            progress("list", len(found), None)
+    if progress:
+        progress("list", len(found), len(found))
+    if not sizes:
+        return found
+    measured, complete = measure(store, scope.bucket, found, threads=threads, cancel=cancel, progress=progress)
+    if not complete:
+        raise OperationCancelledError(f"cancelled while measuring {len(found)} uploads; nothing was changed")
+    return [u for u in measured if u is not None]
+
+
+def measure(store: S3Store, bucket: str, uploads: Sequence[InProgressUpload], *, threads: int = DEFAULT_THREADS,
+            cancel: threading.Event | None = None, progress: ProgressHook | None = None,
+            ) -> tuple[list[InProgressUpload | None], bool]:
+    """Parts and bytes of each upload (ListParts, in parallel). The list keeps the input order, with None for
+    an upload that is no longer pending; the flag is False when cancelled before every upload was measured
+    (unmeasured ones are returned as they were)."""
+    out: list[InProgressUpload | None] = list(uploads)
+
+    def one(index: int) -> tuple[int, InProgressUpload | None]:
+        u = uploads[index]
+        try:
+            parts = list(store.list_parts(bucket, u.key, u.upload_id))
+        except NoSuchUploadError:
+            return index, None
+        return index, replace(u, parts=len(parts), bytes=sum(size for _n, size, _e in parts))
+
+    done = 0
+
+    def collect(_index: int, future: Future[tuple[int, InProgressUpload | None]]) -> bool:
+        nonlocal done
+        index, value = future.result()  # a failure other than NoSuchUpload propagates
+        out[index] = value
+        done += 1
+        if progress:
+            progress("size", done, len(uploads))
+        return True
+
+    complete = _parallel(range(len(uploads)), one, collect, threads=threads, cancel=cancel)
+    return out, complete
+
+
+# ---------------------------------------------------------------- selection (pure)
+def plan_abort(uploads: Iterable[InProgressUpload], jobs: dict[str, OwningJob], *, older_than: float | None,
+               job_id: str | None, now: float | None = None) -> AbortPlan:
+    """Choose what to abort: uploads at least ``older_than`` seconds old, or of the job ``job_id``, or both.
+
+    Never selected: an upload whose job is committing (``jobs recover`` must finish it, or its data is lost),
+    and, unless its job is the named one, an upload of a job that is still writing and was active within
+    ``older_than``. An upload whose age is unknown is never selected by age.
+    """
+    if older_than is None and job_id is None:
+        raise UsageError("refusing to abort every upload: give an age (--older-than 7d) or a job (--job ID)")
+    if older_than is not None and older_than < 0:
+        raise UsageError("the age threshold cannot be negative")
+    now = time.time() if now is None else now
+    selected: list[InProgressUpload] = []
+    protected: list[ProtectedUpload] = []
+    not_matched = 0
+    for u in uploads:
+        if job_id is not None and u.job_id != job_id:
+            not_matched += 1
+            continue
+        if older_than is not None:
+            age = u.age_seconds(now)
+            if age is None or age < older_than:
+                not_matched += 1
+                continue
+        job = jobs.get(u.job_id) if u.job_id else None
+        if job is not None:
+            if job.state is JobState.COMMITTING:
+                protected.append(ProtectedUpload(u, (
+                    f"job {job.job_id} is committing: finish it with `mpcommit jobs recover {job.destination_uri} "
+                    f"--job {job.job_id}`")))
+                continue
+            if job.state is JobState.WRITING and u.job_id != job_id:
+                idle = job.idle_seconds(now)
+                threshold = older_than if older_than is not None else float("inf")
+                if idle is None or idle < threshold:
+                    active = f"active {_short_duration(idle)} ago" if idle is not None else "activity unknown"
+                    protected.append(ProtectedUpload(u, f"job {job.job_id} may still be writing ({active})"))
+                    continue
+        selected.append(u)
+    return AbortPlan(tuple(selected), tuple(protected), not_matched)
+
+
+def _short_duration(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f}{unit}"
+    return f"{seconds:.0f}s"
+
+
+# ---------------------------------------------------------------- aborting
+def abort_uploads(store: S3Store, bucket: str, uploads: Sequence[InProgressUpload], jobs: dict[str, OwningJob] | None = None,
+                  *, threads: int = DEFAULT_THREADS, cancel: threading.Event | None = None,
+                  progress: ProgressHook | None = None,
+                  on_result: Callable[[AbortResult], None] | None = None) -> tuple[list[AbortResult], bool]:
+    """Abort ``uploads`` in parallel. Returns a result per upload and False when cancelled.
+
+    An upload that is no longer pending is VANISHED, not an error (another cleaner, or its job, got there
+    first). Just before the first abort of a job that has records, its journal is checked once more: a job
+    that started committing since the plan was made is SKIPPED. The first real failure stops further aborts
+    (the rest are NOT_DONE): failures such as AccessDenied are rarely limited to one upload.
+    """
+    jobs = jobs or {}
+    results: dict[int, AbortResult] = {}
+    committing: dict[str, bool] = {}
+    committing_lock = threading.Lock()
+    failed = threading.Event()
+
+    def started_committing(job: OwningJob) -> bool:
+        with committing_lock:
+            if job.job_id not in committing:
+                journal = JobPaths(Destination(job.bucket, job.root.rstrip("/")), job.job_id).journal
+                committing[job.job_id] = store.head_object(job.bucket, journal) is not None
+            return committing[job.job_id]
+
+    def one(index: int) -> AbortResult:
+        u = uploads[index]
+        job = jobs.get(u.job_id) if u.job_id else None
+        try:
+            if job is not None and started_committing(job):
+                return AbortResult(u, AbortOutcome.SKIPPED,
+                                   f"job {job.job_id} started committing: run `mpcommit jobs recover {job.destination_uri}`")
+            if store.abort_multipart_upload(bucket, u.key, u.upload_id):
+                return AbortResult(u, AbortOutcome.ABORTED)
+            return AbortResult(u, AbortOutcome.VANISHED, "no longer pending (completed, or aborted by someone else)")
+        except MpcommitError as exc:
+            failed.set()
+            return AbortResult(u, AbortOutcome.FAILED, " ".join(str(exc).split()))
+
+    done = 0
+
+    def collect(index: int, future: Future[AbortResult]) -> bool:
+        nonlocal done
+        result = future.result()
+        results[index] = result
+        done += 1
+        if on_result:
+            on_result(result)
+        if progress:
+            progress("abort", done, len(uploads))
+        return result.outcome is not AbortOutcome.FAILED
+
+    complete = _parallel(range(len(uploads)), one, collect, threads=threads, cancel=cancel)
+    ordered = []
+    for index, u in enumerate(uploads):
+        if index in results:
+            ordered.append(results[index])
+        else:
+            why = "stopped after a failure" if failed.is_set() else "cancelled before its turn"
+            ordered.append(AbortResult(u, AbortOutcome.NOT_DONE, why))
+    return ordered, complete or failed.is_set()
+
+
+# ---------------------------------------------------------------- the whole cleanup
+def cleanup(
+    store: S3Store,
+    scope: UploadScope,
+    *,
+    older_than: float | None = None,
+    job_id: str | None = None,
+    dry_run: bool = False,
+    threads: int = DEFAULT_THREADS,
+    cancel: threading.Event | None = None,
+    progress: ProgressHook | None = None,
+    confirm: Callable[[AbortPlan], bool] | None = None,
+    on_result: Callable[[AbortResult], None] | None = None,
+) -> CleanupReport:
+    """List the uploads in ``scope``, select by age and/or job (see :func:`plan_abort`), measure what is
+    selected, and abort it unless ``dry_run`` or ``confirm(plan)`` says no.
+
+    Cancelling (``cancel.set()``, e.g. on Ctrl-C) stops cleanly: nothing more is started, what is in flight
+    finishes, and the report says what was done (``cancelled=True``). Raises UsageError without an age or a
+    job, and JobStateError when the named job is committing.
+    """
+    if older_than is None and job_id is None:
+        raise UsageError("refusing to abort every upload: give an age (--older-than 7d) or a job (--job ID)")
+    if job_id is not None:
+        check_job_id(job_id)
+    t0 = time.monotonic()
+    report = CleanupReport(scope, older_than, job_id, dry_run)
+    try:
+        listed = list_uploads(store, scope, sizes=False, cancel=cancel, progress=progress)
+        report.listed = len(listed)
+        # Jobs are looked up after the uploads were listed: a job's records are written before its first
+        # upload, so every job owning a listed upload is seen if it is alive.
+        jobs = find_owning_jobs(store, scope.bucket, listed, threads=threads, cancel=cancel, progress=progress)
+    except OperationCancelledError:
+        report.cancelled = True
+        report.seconds = time.monotonic() - t0
+        return report
+    named = jobs.get(job_id) if job_id else None
+    if named is not None and named.state is JobState.COMMITTING:
+        raise JobStateError(
+            f"job {job_id} is committing: its pending uploads are the data being committed and must not be "
+            f"aborted. Finish it with `mpcommit jobs recover {named.destination_uri} --job {job_id}`."
+        )
+    now = time.time()
+    plan = plan_abort(listed, jobs, older_than=older_than, job_id=job_id, now=now)
+    measured, complete = measure(store, scope.bucket, plan.selected, threads=threads, cancel=cancel, progress=progress)
+    gone = [AbortResult(u, AbortOutcome.VANISHED, "no longer pending (completed, or aborted by someone else)")
+            for u, m in zip(plan.selected, measured) if m is None]
+    plan = replace(plan, selected=tuple(m for m in measured if m is not None))
+    report.plan = plan
+    report.results.extend(gone)
+    if on_result is not None:
+        for result in gone:
+            on_result(result)
+    if not complete:
+        report.cancelled = True
+        report.results.extend(AbortResult(u, AbortOutcome.NOT_DONE, "cancelled before its turn") for u in plan.selected)
+        report.seconds = time.monotonic() - t0
+        return report
+    if dry_run:
+        report.results.extend(AbortResult(u, AbortOutcome.WOULD_ABORT) for u in plan.selected)
+        report.seconds = time.monotonic() - t0
+        return report
+    if plan.selected and confirm is not None and not confirm(plan):
+        report.results.extend(AbortResult(u, AbortOutcome.NOT_DONE, "not confirmed") for u in plan.selected)
+        report.seconds = time.monotonic() - t0
+        return report
+    results, finished = abort_uploads(store, scope.bucket, plan.selected, jobs, threads=threads, cancel=cancel,
+                                      progress=progress, on_result=on_result)
+    report.results.extend(results)
+    report.cancelled = not finished
+    report.seconds = time.monotonic() - t0
+    return report
+
+
+# ---------------------------------------------------------------- a bounded, cancellable pool
+def _parallel(items: Iterable[int], fn: Callable[[int], T], collect: Callable[[int, Future[T]], bool], *,
+              threads: int, cancel: threading.Event | None) -> bool:
+    """Run ``fn`` over ``items`` with at most ``2 * threads`` submitted at once, handing each finished future
+    to ``collect`` on this thread. Stops submitting when ``cancel`` is set or ``collect`` returns False; what
+    is in flight always finishes. Returns False when stopped by ``cancel``; exceptions from ``collect``
+    propagate after in-flight work ends."""
+    threads = max(1, threads)
+    iterator = iter(items)
+    pending = next(iterator, None)
+    stopped_by_cancel = False
+    stop = pending is None
+    error: BaseException | None = None
+    with ThreadPoolExecutor(threads, thread_name_prefix="mpcommit-uploads") as pool:
+        inflight: dict[Future[T], int] = {}
+        while True:
+            while not stop and len(inflight) < 2 * threads:
+                if cancel is not None and cancel.is_set():
+                    stop = stopped_by_cancel = True
+                    break
+                assert pending is not None
+                inflight[pool.submit(fn, pending)] = pending
+                pending = next(iterator, None)
+                stop = pending is None
+            if not inflight:
+                break
+            finished, _ = wait(inflight, return_when=FIRST_COMPLETED)
+            for future in finished:
+                item = inflight.pop(future)
+                if error is not None:
+                    continue
+                try:
+                    if not collect(item, future):
+                        stop = True
+                except BaseException as exc:  # noqa: BLE001 - re-raised once in-flight work has ended
+                    error = exc
+                    stop = True
+    if error is not None:
+        raise error
+    return not stopped_by_cancel

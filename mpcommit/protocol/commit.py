@@ -1,0 +1,546 @@
+"""The driver's job commit, abort and the finishing of an interrupted commit.
+
+A commit goes through three outcomes, never two:
+
+* before the journal is written, a failure means NOT COMMITTED: nothing was made visible and the job can be
+  aborted safely (:class:`~mpcommit.errors.CommitFailedError`);
+* once the journal exists, a failure means UNKNOWN: some files may be visible, so nothing may be cleaned up;
+  ``recover`` finishes the commit from the journal (:class:`~mpcommit.errors.CommitStateUnknownError`);
+* after ``_SUCCESS`` is written, COMMITTED.
+
+Every step after the journal is idempotent, which is what makes ``recover`` equal to an uninterrupted commit
+(invariant I4): completing an already completed upload is resolved by checking the object's multipart ETag,
+deletes skip what is gone, and ``_SUCCESS`` is rewritten.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ..errors import (
+    CommitFailedError,
+    CommitStateUnknownError,
+    DuplicateTaskResultError,
+    JobStateError,
+    ManifestError,
+    MpcommitError,
+    NoSuchUploadError,
+    ProtocolError,
+)
+from ..modes import CommitOutcome, PartitionOverwrite, WriteMode
+from ..store.s3 import DELETE_BATCH, CompletedPart, S3Store
+from . import faults
+from .layout import Destination, JobPaths, is_hidden_key, job_id_of_key
+from .records.job import CommitJournal, DeleteEntry, JobDescriptor, MergedFile
+from .records.manifest import PendingUpload, StagedFile, TaskManifest, TaskResult, merge_rows
+from .records.success import PartitionStats, SuccessData
+
+if TYPE_CHECKING:
+    from ..catalog.base import CatalogResult
+
+log = logging.getLogger(__name__)
+
+DEFAULT_COMMIT_THREADS = 32
+
+#: Called after each step with (step name, done, total); used by progress bars and fault-injection tests.
+ProgressHook = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True)
+class CommitReport:
+    """What a job commit made visible, and how long each phase took (seconds)."""
+
+    job_id: str
+    uri: str
+    mode: str
+    outcome: CommitOutcome
+    filenames: tuple[str, ...] = ()
+    bytes: int = 0
+    rows: int | None = 0
+    partitions: tuple[str, ...] = ()
+    timings: dict[str, float] = field(default_factory=dict)
+    aborted_uploads: int = 0
+    deleted_objects: int = 0
+    ignored: bool = False
+    #: Per partition ("" for the root): files, bytes and rows this commit made visible (catalog statistics).
+    partition_stats: Mapping[str, PartitionStats] = field(default_factory=dict)
+    #: What a catalog registration after the commit did (``Job.commit(..., table=...)``), else None.
+    catalog: "CatalogResult | None" = None
+
+    @property
+    def files(self) -> int:
+        return len(self.filenames)
+
+    def summary(self) -> dict[str, object]:
+        out: dict[str, object] = {
+            "jobId": self.job_id, "uri": self.uri, "mode": self.mode, "outcome": self.outcome.value,
+            "files": self.files, "bytes": self.bytes, "rows": self.rows, "partitions": len(self.partitions),
+            "abortedUploads": self.aborted_uploads, "deletedObjects": self.deleted_objects,
+            "ignored": self.ignored, "timings": {k: round(v, 4) for k, v in self.timings.items()},
+        }
+        if self.catalog is not None:
+            out["catalog"] = self.catalog.summary()
+        return out
+
+
+@dataclass(frozen=True)
+class AbortReport:
+    job_id: str
+    aborted_uploads: int
+    deleted_records: int
+
+
+def _noop(_step: str, _done: int, _total: int) -> None:
+    pass
+
+
+class JobCommitter:
+    """Commit, abort and finish one job of one destination. Holds no state between calls but its settings."""
+
+    def __init__(
+        self, store: S3Store, destination: Destination, job_id: str, *,
+        threads: int = DEFAULT_COMMIT_THREADS, progress: ProgressHook | None = None,
+    ):
+        self.store = store
+        self.destination = destination
+        self.job_id = job_id
+        self.paths = JobPaths(destination, job_id)
+        self.threads = max(1, threads)
+        self.progress = progress or _noop
+        self._completed = 0
+        self._completed_lock = threading.Lock()
+
+    # ------------------------------------------------------------ commit
+    def commit(self, descriptor: JobDescriptor, results: Sequence[TaskResult], *, ignored: bool = False,
+               extra_timings: dict[str, float] | None = None, delete: Sequence[DeleteEntry] = (),
+               merged: Sequence[MergedFile] = ()) -> CommitReport:
+        """``delete`` names objects (pinned by ETag) to remove once every new file is complete: the sources
+        of a compaction. ``merged`` names files merged from the winners' staged files (a commit-time merge):
+        they are completed instead of moving those staged files in."""
+        t0 = time.monotonic()
+        timings: dict[str, float] = dict(extra_timings or {})
+        by_task = self._check_results(results)
+        if ignored:
+            aborted, deleted = self.discard_all()
+            return CommitReport(self.job_id, self.destination.uri, descriptor.mode.value, CommitOutcome.NOT_COMMITTED,
+                                ignored=True, aborted_uploads=aborted)
+        # Validate every manifest before anything is completed (I7): a bad one must stop the commit while its
+        # outcome is still "not committed". Referenced (large) manifests are read here once and again when
+        # completing, so that the driver never holds all of them at once.
+        winner_keys: set[str] = set()
+        staged_keys: set[str] = set()
+        try:
+            for r in by_task.values():
+                if r.manifest is not None:
+                    r.manifest.validate(destination=self.destination, job_id=self.job_id, where=r.manifest_key)
+                    manifest = r.manifest
+                else:
+                    manifest = self._read_manifest(r.manifest_key)
+                if merged:  # only then are the keys worth holding
+                    winner_keys.update(u.key for u in manifest.uploads)
+                    staged_keys.update(f.key for f in manifest.staged)
+        except ManifestError:
+            raise
+        except MpcommitError as exc:
+            raise CommitFailedError(f"job {self.job_id} was not committed, nothing was made visible: {exc}") from exc
+        _check_merged(merged, staged_keys=staged_keys, keys=winner_keys | staged_keys, job_id=self.job_id)
+        timings["validate"] = time.monotonic() - t0
+
+        partitions = sorted({p for r in by_task.values() for p in r.partitions})
+        journal = CommitJournal(
+            job_id=self.job_id, bucket=self.destination.bucket, prefix=self.destination.prefix,
+            mode=descriptor.mode, partition_overwrite=descriptor.partition_overwrite,
+            started_ms=int(time.time() * 1000),
+            winners=tuple(by_task[t].manifest_key for t in sorted(by_task)),
+            replace=_replace_scope(descriptor.mode, descriptor.partition_overwrite, partitions),
+            purpose=descriptor.purpose,
+            delete=tuple(delete),
+            merged=tuple(merged),
+        )
+        try:
+            journal.validate_merged()
+        except ManifestError as exc:
+            raise ProtocolError(f"job {self.job_id} was not committed: {exc}") from exc
+        if journal.replace:
+            t = time.monotonic()
+            self._check_scope_listable(journal.replace)
+            timings["check_scope"] = time.monotonic() - t
+        try:
+            self.store.put_object(self.destination.bucket, self.paths.journal, journal.to_bytes())
+        except MpcommitError as exc:
+            # The journal may or may not have been written; either way no upload was completed, so a recover
+            # would only complete exactly what this commit would have. Say so rather than guess.
+            raise CommitStateUnknownError(
+                f"job {self.job_id}: writing the commit journal failed ({exc}); nothing was completed. "
+                f"Run `mpcommit jobs recover {self.destination.uri} --job {self.job_id}` or commit again.",
+                job_id=self.job_id, destination=self.destination.uri,
+            ) from exc
+        self.progress("journal", 1, 1)
+        inline = {r.manifest_key: r.manifest for r in by_task.values() if r.manifest is not None}
+        try:
+            faults.checkpoint("commit.after_journal")
+            return self.finish(journal, inline=inline, timings=timings, started=t0)
+        except CommitStateUnknownError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any failure after the journal leaves the outcome unknown
+            raise CommitStateUnknownError(
+                f"job {self.job_id}: the commit failed after its journal was written ({exc}). Some files may be "
+                f"visible; do not clean up. Run `mpcommit jobs recover {self.destination.uri} --job {self.job_id}`.",
+                job_id=self.job_id, destination=self.destination.uri,
+            ) from exc
+
+    def _check_results(self, results: Sequence[TaskResult]) -> dict[int, TaskResult]:
+        by_task: dict[int, TaskResult] = {}
+        for r in results:
+            if not isinstance(r, TaskResult):
+                raise ProtocolError(f"job.commit takes TaskResult values from task.commit(), got {type(r).__name__}")
+            if r.job_id != self.job_id:
+                raise ManifestError(f"a task result of job {r.job_id} was passed to the commit of job {self.job_id}; refused")
+            if not r.manifest_key.startswith(self.paths.tasks):
+                raise ManifestError(f"task result names manifest {r.manifest_key!r} outside job {self.job_id}; refused")
+            if r.task_id in by_task:
+                raise DuplicateTaskResultError(
+                    f"two results for task {r.task_id} (attempts {by_task[r.task_id].attempt} and {r.attempt}); pass "
+                    "exactly one result per task id. Nothing was committed."
+                )
+            by_task[r.task_id] = r
+        return by_task
+
+    # ------------------------------------------------------------ finish (commit and recover)
+    def finish(self, journal: CommitJournal, *, inline: dict[str, TaskManifest | None] | None = None,
+               timings: dict[str, float] | None = None, started: float | None = None) -> CommitReport:
+        """Carry out a journal: complete winners, replace old data, abort leftovers, write _SUCCESS, clean up."""
+        t0 = started if started is not None else time.monotonic()
+        timings = dict(timings or {})
+        inline = inline or {}
+        journal_info = self.store.head_object(self.destination.bucket, self.paths.journal)
+        if journal_info is None:
+            raise CommitStateUnknownError(
+                f"job {self.job_id}: its commit journal vanished while committing; another process may have "
+                "finished or cleaned it. Check `mpcommit show` before acting.",
+                job_id=self.job_id, destination=self.destination.uri,
+            )
+        cutoff = journal_info.last_modified
+
+        t = time.monotonic()
+        winners: set[tuple[str, str]] = set()
+        filenames: list[str] = []
+        total_bytes = 0
+        rows: list[int | None] = []
+        partitions: set[str] = set()
+        # Per partition: [files, bytes, row counts] -- the catalog's statistics, from the commit itself.
+        per_partition: dict[str, tuple[int, int, list[int | None]]] = {}
+
+        def manifests() -> Iterator[TaskManifest]:
+            for key in journal.winners:
+                m = inline.get(key)
+                yield m if m is not None else self._read_manifest(key)
+
+        merged_sources = {key for m in journal.merged for key in m.sources}
+
+        def uploads() -> Iterator[PendingUpload | StagedFile]:
+            for m in manifests():
+                yield from m.uploads
+                # Staged files merged at commit time are not moved in: their merged file is completed instead.
+                yield from (f for f in m.staged if f.key not in merged_sources)
+            for merged_file in journal.merged:
+                yield merged_file.upload
+
+        def account(item: PendingUpload | StagedFile) -> None:
+            nonlocal total_bytes
+            if isinstance(item, PendingUpload):
+                winners.add((item.key, item.upload_id))
+            filenames.append(item.key)
+            total_bytes += item.size
+            rows.append(item.rows)
+            partitions.add(item.partition)
+            files_in, bytes_in, rows_in = per_partition.get(item.partition, (0, 0, []))
+            rows_in.append(item.rows)
+            per_partition[item.partition] = (files_in + 1, bytes_in + item.size, rows_in)
+
+        done = _run_bounded(self.threads, uploads(), self._place, on_done=account,
+                            progress=lambda n: self.progress("complete", n, 0))
+        timings["complete"] = time.monotonic() - t
+        self.progress("completed", done, done)
+
+        t = time.monotonic()
+        deleted = self._replace_old(journal, cutoff)
+        timings["replace"] = time.monotonic() - t
+
+        t = time.monotonic()
+        aborted = self._abort_leftovers(journal, winners)
+        timings["abort_leftovers"] = time.monotonic() - t
+
+        t = time.monotonic()
+        timings["total"] = time.monotonic() - t0
+        filenames.sort()
+        success = SuccessData(
+            job_id=self.job_id, mode=journal.mode.value if journal.partition_overwrite is PartitionOverwrite.STATIC
+            or journal.mode is not WriteMode.OVERWRITE else "overwrite-dynamic",
+            filenames=tuple(filenames), bytes=total_bytes, rows=merge_rows(rows),
+            partitions=tuple(sorted(p for p in partitions if p)), timings={k: round(v, 4) for k, v in timings.items()},
+            hostname=socket.gethostname(), purpose=journal.purpose,
+            partition_stats={p: PartitionStats(n, b, merge_rows(r)) for p, (n, b, r) in sorted(per_partition.items())},
+        )
+        faults.checkpoint("commit.before_success")
+        self.progress("success", 0, 1)
+        self.store.put_object(self.destination.bucket, self.destination.success_key, success.to_bytes())
+        self.progress("success", 1, 1)
+        faults.checkpoint("commit.after_success")
+        timings["success"] = time.monotonic() - t
+
+        t = time.monotonic()
+        self._remove_records(journal_first=True)
+        timings["cleanup"] = time.monotonic() - t
+        timings["total"] = time.monotonic() - t0
+        return CommitReport(
+            job_id=self.job_id, uri=self.destination.uri, mode=success.mode, outcome=CommitOutcome.COMMITTED,
+            filenames=success.filenames, bytes=success.bytes, rows=success.rows, partitions=success.partitions,
+            timings=timings, aborted_uploads=aborted, deleted_objects=deleted,
+            partition_stats=dict(success.partition_stats or {}),
+        )
+
+    def _place(self, item: PendingUpload | StagedFile) -> PendingUpload | StagedFile:
+        if isinstance(item, StagedFile):
+            self._move_staged(item)
+        else:
+            self._complete(item)
+        with self._completed_lock:
+            self._completed += 1
+            n = self._completed
+        faults.checkpoint("commit.after_complete", n)
+        return item
+
+    def _complete(self, upload: PendingUpload) -> None:
+        bucket = self.destination.bucket
+        parts = [CompletedPart(p.number, p.etag, p.crc32) for p in upload.parts]
+        try:
+            self.store.complete_multipart_upload(bucket, upload.key, upload.upload_id, parts)
+            return
+        except NoSuchUploadError as exc:
+            # Completed already (a retry, or a recover after a crash) -- or aborted by someone else. Only the
+            # object itself can tell: same size and the multipart ETag of exactly these parts means ours.
+            info = self.store.head_object(bucket, upload.key)
+            if info is not None and info.size == upload.size and _etag_matches(info.etag, upload):
+                return
+            raise CommitStateUnknownError(
+                f"job {self.job_id}: upload {upload.upload_id} of s3://{bucket}/{upload.key} is no longer pending and "
+                "the object is not the one it would have made; the upload was aborted by something else "
+                "(an orphan cleanup or lifecycle rule?) and its data is lost. Re-run the job.",
+                job_id=self.job_id, destination=self.destination.uri,
+            ) from exc
+
+    def _move_staged(self, staged: StagedFile) -> None:
+        """Without a merge, a staged small file is copied to its final key (server-side, one request)."""
+        bucket = self.destination.bucket
+        try:
+            self.store.copy_object(bucket, staged.key, source_key=staged.staged_key, source_etag=staged.etag)
+        except MpcommitError:
+            info = self.store.head_object(bucket, staged.key)
+            if info is not None and info.size == staged.size:
+                return  # copied by an earlier, interrupted run
+            raise
+
+    def _scope_prefix(self, rel: str) -> str:
+        return f"{self.destination.root}{rel}/" if rel else self.destination.root
+
+    def _check_scope_listable(self, replace: Sequence[str]) -> None:
+        """Before the journal: list the scope an overwrite replaces, so that a server whose listing cannot be
+        proven complete stops the commit while nothing is visible yet (I8), not after the new files are. The
+        replace step lists again after the completes, which is what decides; this listing only proves it can."""
+        bucket = self.destination.bucket
+        try:
+            _run_bounded(self.threads, replace, lambda rel: self.store.list_objects(bucket, self._scope_prefix(rel)))
+        except MpcommitError as exc:
+            raise CommitFailedError(f"job {self.job_id} was not committed, nothing was made visible and no old "
+                                    f"data was deleted: {exc}") from exc
+
+    def _replace_old(self, journal: CommitJournal, cutoff: object) -> int:
+        """Overwrite: delete older objects in the replaced scope, only after every new file is complete (I5)."""
+        if not journal.replace and not journal.delete:
+            return 0
+        bucket = self.destination.bucket
+        older: list[tuple[str | None, str]] = []
+        later_jobs: set[str] = set()
+        for rel in journal.replace:
+            for obj in self.store.list_objects(bucket, self._scope_prefix(rel)):
+                owner = job_id_of_key(self.destination, obj.key)
+                if is_hidden_key(self.destination, obj.key) or owner == self.job_id:
+                    continue
+                # Objects newer than the journal belong to a later job: a late recovery must not remove them.
+                if cutoff is not None and obj.last_modified is not None and obj.last_modified > cutoff:  # type: ignore[operator]
+                    if owner is not None:
+                        later_jobs.add(owner)
+                    continue
+                older.append((owner, obj.key))
+        # S3 stamps a multipart object with the time its upload *started*, so a concurrent job whose writes
+        # straddle the journal has files on both sides of the cutoff. Decide per job, never per file: one
+        # newer file marks a later job, and all of its files stay (no committed job loses part of its data).
+        doomed = [key for owner, key in older if owner is None or owner not in later_jobs]
+        for entry in journal.delete:
+            info = self.store.head_object(bucket, entry.key)
+            if info is not None and info.etag == entry.etag:
+                doomed.append(entry.key)
+        self.progress("replace", 0, len(doomed))
+        deleted = 0
+        for batch_no, start in enumerate(range(0, len(doomed), DELETE_BATCH), 1):
+            faults.checkpoint("commit.before_delete_batch", batch_no)
+            deleted += self.store.delete_objects(bucket, doomed[start : start + DELETE_BATCH])
+        self.progress("replace", deleted, len(doomed))
+        return deleted
+
+    def _abort_leftovers(self, journal: CommitJournal, winners: set[tuple[str, str]]) -> int:
+        """Abort every other upload of this job: losers' manifests first, then whatever the listing shows."""
+        bucket = self.destination.bucket
+        aborted = 0
+        winner_keys = set(journal.winners)
+        for obj in self.store.list_objects(bucket, self.paths.tasks):
+            if obj.key in winner_keys:
+                continue
+            try:
+                loser = self._read_manifest(obj.key)
+            except ManifestError as exc:
+                log.warning("skipping unreadable loser manifest %s: %s", obj.key, exc)
+                continue
+            for u in loser.uploads:
+                if (u.key, u.upload_id) not in winners and self.store.abort_multipart_upload(bucket, u.key, u.upload_id):
+                    aborted += 1
+        aborted += self._abort_listed_uploads(exclude=winners)
+        return aborted
+
+    def _abort_listed_uploads(self, *, exclude: set[tuple[str, str]] = frozenset()) -> int:  # type: ignore[assignment]
+        """Abort pending uploads under the destination whose key carries this job's id -- never by prefix alone."""
+        bucket = self.destination.bucket
+        doomed = [
+            u for u in self.store.list_multipart_uploads(bucket, self.destination.root)
+            if job_id_of_key(self.destination, u.key) == self.job_id and (u.key, u.upload_id) not in exclude
+        ]
+        return sum(_run_bounded(self.threads, doomed, lambda u: self.store.abort_multipart_upload(bucket, u.key, u.upload_id),
+                                collect=True))
+
+    def _remove_records(self, *, journal_first: bool) -> int:
+        """Delete the job's hidden prefix. The journal goes first: leftover manifests without a journal are
+        harmless, a journal without its manifests could not be recovered."""
+        bucket = self.destination.bucket
+        keys = [o.key for o in self.store.list_objects(bucket, self.paths.root)]
+        if journal_first and self.paths.journal in keys:
+            self.store.delete_objects(bucket, [self.paths.journal])
+            keys.remove(self.paths.journal)
+            faults.checkpoint("commit.during_cleanup")
+        return self.store.delete_objects(bucket, keys) if keys else 0
+
+    def _read_manifest(self, key: str) -> TaskManifest:
+        data = self.store.get_object(self.destination.bucket, key)
+        return TaskManifest.from_bytes(data, where=f"s3://{self.destination.bucket}/{key}",
+                                       destination=self.destination, job_id=self.job_id)
+
+    # ------------------------------------------------------------ abort
+    def abort(self, *, force: bool = False) -> AbortReport:
+        """Roll back: abort every upload of this job and remove its records. Refuses while a journal exists
+        (the commit may be partly visible: recover instead) unless ``force``."""
+        if not force and self.store.head_object(self.destination.bucket, self.paths.journal) is not None:
+            raise JobStateError(
+                f"job {self.job_id} has a commit journal: its commit started and may be partly visible. "
+                f"Finish it with `mpcommit jobs recover {self.destination.uri} --job {self.job_id}` instead of aborting."
+            )
+        aborted, deleted = self.discard_all()
+        return AbortReport(self.job_id, aborted, deleted)
+
+    def discard_all(self) -> tuple[int, int]:
+        bucket = self.destination.bucket
+        aborted = 0
+        for obj in self.store.list_objects(bucket, self.paths.tasks):
+            try:
+                manifest = self._read_manifest(obj.key)
+            except ManifestError as exc:
+                log.warning("skipping unreadable manifest %s: %s", obj.key, exc)
+                continue
+            for u in manifest.uploads:
+                if self.store.abort_multipart_upload(bucket, u.key, u.upload_id):
+                    aborted += 1
+        aborted += self._abort_listed_uploads()
+        deleted = self._remove_records(journal_first=False)
+        return aborted, deleted
+
+
+def _check_merged(merged: Sequence[MergedFile], *, staged_keys: set[str], keys: set[str], job_id: str) -> None:
+    """Before the journal: every merged source must be a staged file of a winner, and a merged file may only
+    take the name of one of its own sources (which then is not moved in)."""
+    names = [m.upload.key for m in merged]
+    if len(set(names)) != len(names):
+        raise ProtocolError(f"job {job_id} was not committed: two merged files share a key")
+    for m in merged:
+        missing = [k for k in m.sources if k not in staged_keys]
+        if missing:
+            raise ProtocolError(
+                f"job {job_id} was not committed: merged file {m.upload.key!r} names {missing[0]!r}, which is not a "
+                "staged file of the committed task attempts"
+            )
+        if m.upload.key in keys and m.upload.key not in m.sources:
+            raise ProtocolError(
+                f"job {job_id} was not committed: merged file {m.upload.key!r} would replace another file of the job"
+            )
+
+
+def _replace_scope(mode: WriteMode, overwrite: PartitionOverwrite, partitions: Sequence[str]) -> tuple[str, ...]:
+    if mode is not WriteMode.OVERWRITE:
+        return ()
+    if overwrite is PartitionOverwrite.STATIC or "" in partitions:
+        return ("",)
+    return tuple(partitions)
+
+
+def _etag_matches(found: str, upload: PendingUpload) -> bool:
+    # SSE-KMS objects do not have MD5-based ETags; then size (checked by the caller) is what there is.
+    if not all(len(p.etag.strip('"')) == 32 for p in upload.parts):
+        return True
+    return found.strip('"') == upload.expected_etag.strip('"')
+
+
+def _run_bounded(threads: int, items: Iterable, fn: Callable, *, on_done: Callable | None = None,
+                 progress: Callable[[int], None] | None = None, collect: bool = False) -> "int | list":
+    """Run ``fn`` over ``items`` on ``threads`` threads with a bounded window, so that items (and the
+    manifests behind them) are pulled lazily and driver memory stays bounded. Raises the first failure
+    after the in-flight calls end."""
+    results: list = []
+    done = 0
+    window = threads * 4
+    with ThreadPoolExecutor(threads, thread_name_prefix="mpcommit-commit") as pool:
+        inflight: set[Future] = set()
+        first_error: BaseException | None = None
+
+        def drain(block_until: str) -> None:
+            nonlocal done, first_error, inflight
+            finished, inflight = wait(inflight, return_when=block_until)
+            for f in finished:
+                exc = f.exception()
+                if exc is not None:
+                    first_error = first_error or exc
+                    continue
+                value = f.result()
+                done += 1
+                if on_done:
+                    on_done(value)
+                if collect:
+                    results.append(value)
+            if progress:
+                progress(done)
+
+        for item in items:
+            if first_error is not None:
+                break
+            inflight.add(pool.submit(fn, item))
+            if len(inflight) >= window:
+                drain(FIRST_COMPLETED)
+        while inflight:
+            drain(FIRST_COMPLETED)
+        if first_error is not None:
+            raise first_error
+    return results if collect else done

@@ -1,0 +1,190 @@
+"""The driver side of the engine-neutral API: create a job, hand its spec to workers, commit or abort.
+
+    job = Job.create("s3://bucket/table", mode="append")
+    with job.spec.task(task_id=7, attempt=0) as task:
+        with task.create(partition="dt=2024-01-01", ext="csv") as out:
+            out.write(b"...")
+        ref = task.commit()
+    report = job.commit([ref])
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Sequence
+
+from ..catalog.base import Catalog, TableName
+from ..catalog.sync import register_commit, resolve_catalog
+from ..errors import CommitStateUnknownError, DestinationExistsError, JobStateError, PreconditionFailedError, UsageError
+from ..modes import CommitOutcome, PartitionOverwrite, WriteMode
+from ..options import S3Options, WriterSettings
+from ..store.s3 import S3Store, store_for
+from .commit import DEFAULT_COMMIT_THREADS, AbortReport, CommitReport, JobCommitter, ProgressHook
+from .layout import HIDDEN_ROOT, Destination, JobPaths, check_job_id, new_job_id, parse_uri
+from .records.job import DeleteEntry, JobDescriptor, MergedFile
+from .records.manifest import TaskResult
+from .task import JobSpec
+
+
+class Job:
+    """One write (or compaction) job on one destination, as seen by the driver."""
+
+    def __init__(self, spec: JobSpec, descriptor: JobDescriptor, *, store: S3Store,
+                 commit_threads: int = DEFAULT_COMMIT_THREADS, progress: ProgressHook | None = None):
+        self.spec = spec
+        self.descriptor = descriptor
+        self.store = store
+        self._committer = JobCommitter(store, spec.destination, spec.job_id, threads=commit_threads, progress=progress)
+        self._state_lock = threading.Lock()
+        self._finished: str | None = None
+        self.created_at = time.monotonic()
+
+    @property
+    def job_id(self) -> str:
+        return self.spec.job_id
+
+    @property
+    def destination(self) -> Destination:
+        return self.spec.destination
+
+    @property
+    def paths(self) -> JobPaths:
+        return self.spec.paths
+
+    @property
+    def ignored(self) -> bool:
+        """Mode ``ignore`` met existing data: workers should write nothing; commit is a no-op."""
+        return self.spec.ignored
+
+    @classmethod
+    def create(
+        cls,
+        uri: str,
+        *,
+        mode: str | WriteMode = "append",
+        partition_overwrite: str | PartitionOverwrite = "static",
+        s3: S3Options | None = None,
+        writer: WriterSettings | None = None,
+        commit_threads: int = DEFAULT_COMMIT_THREADS,
+        job_id: str | None = None,
+        purpose: str = "write",
+        progress: ProgressHook | None = None,
+        store: S3Store | None = None,
+    ) -> "Job":
+        """Start a job: check the destination against the mode, and record the job under its hidden prefix.
+
+        Raises DestinationExistsError for mode ``error`` when the destination holds data, NoSuchBucketError
+        when the bucket does not exist -- before any upload starts.
+        """
+        destination = parse_uri(uri)
+        write_mode = WriteMode.parse(mode)
+        overwrite = PartitionOverwrite.parse(partition_overwrite)
+        options = s3 or S3Options()
+        store = store or store_for(options)
+        store.head_bucket(destination.bucket)
+        ignored = False
+        if write_mode in (WriteMode.ERROR, WriteMode.IGNORE) and destination_has_data(store, destination):
+            if write_mode is WriteMode.ERROR:
+                raise DestinationExistsError(
+                    f"{destination.uri} already holds data and mode is 'error': choose mode 'append' or "
+                    "'overwrite', or another destination. Nothing was written."
+                )
+            ignored = True
+        job_id = check_job_id(job_id) if job_id else new_job_id()
+        spec = JobSpec(job_id=job_id, destination=destination, s3=options, writer=writer or WriterSettings(), ignored=ignored)
+        descriptor = JobDescriptor(
+            job_id=job_id, bucket=destination.bucket, prefix=destination.prefix, mode=write_mode,
+            partition_overwrite=overwrite, created_ms=int(time.time() * 1000), hostname=socket.gethostname(),
+            purpose=purpose,
+        )
+        # Written first, so that cleanup tools can tell a live job's uploads from orphans.
+        try:
+            store.put_object(destination.bucket, spec.paths.descriptor, descriptor.to_bytes(), if_none_match=True)
+        except PreconditionFailedError:
+            # A retry whose first attempt was applied but its answer lost finds our own descriptor: fine.
+            # Anything else is a job id already in use.
+            if store.get_object(destination.bucket, spec.paths.descriptor) != descriptor.to_bytes():
+                raise
+        return cls(spec, descriptor, store=store, commit_threads=commit_threads, progress=progress)
+
+    @classmethod
+    def open(cls, uri: str, job_id: str, *, s3: S3Options | None = None, commit_threads: int = DEFAULT_COMMIT_THREADS,
+             store: S3Store | None = None) -> "Job":
+        """Reattach to an existing job from its descriptor (e.g. to abort it from another process)."""
+        destination = parse_uri(uri)
+        options = s3 or S3Options()
+        store = store or store_for(options)
+        paths = JobPaths(destination, check_job_id(job_id))
+        data = store.get_object(destination.bucket, paths.descriptor)
+        descriptor = JobDescriptor.from_bytes(data, where=f"s3://{destination.bucket}/{paths.descriptor}",
+                                              destination=destination, job_id=job_id)
+        spec = JobSpec(job_id=job_id, destination=destination, s3=options)
+        return cls(spec, descriptor, store=store, commit_threads=commit_threads)
+
+    def commit(self, results: Sequence[TaskResult], *, extra_timings: dict[str, float] | None = None,
+               delete: Sequence[DeleteEntry] = (), table: str | TableName | None = None,
+               catalog: Catalog | str | None = None, merged: Sequence[MergedFile] = ()) -> CommitReport:
+        """Complete exactly the given attempts (one per task id), abort every other upload of the job, apply
+        the mode, write ``_SUCCESS`` and remove the job's records.
+
+        With ``table`` ("db.name"), the partitions and statistics the commit made visible are then registered
+        in ``catalog`` (a :class:`~mpcommit.catalog.Catalog`, or "glue", the default), and the report's
+        ``catalog`` says what changed. That happens only after the data commit succeeded; if it fails, the
+        data stays committed and CatalogRegistrationError (carrying this report) names the partitions the
+        catalog does not show and the ``mpcommit catalog sync`` command that finishes.
+
+        ``merged``: files merged at commit time from the results' staged files (see
+        :mod:`mpcommit.compaction.commit_merge`); completed in place of those staged files.
+        """
+        if table is None and catalog is not None:
+            raise UsageError("job.commit(catalog=...) needs table='db.name' to register into")
+        # Checked before anything is committed: a misspelt name or catalog is a usage error, not a partial commit.
+        target = TableName.parse(table) if table is not None else None
+        resolved = resolve_catalog(catalog, s3=self.spec.s3) if target is not None else None
+        self._enter("commit")
+        timings = {"write": time.monotonic() - self.created_at}
+        timings.update(extra_timings or {})
+        try:
+            report = self._committer.commit(self.descriptor, list(results), ignored=self.ignored,
+                                            extra_timings=timings, delete=delete, merged=merged)
+        except CommitStateUnknownError:
+            raise  # partly visible perhaps: only `recover` may act now, never abort
+        except BaseException:
+            # Definitely not committed (refused before the journal): the caller may fix and commit again, or abort.
+            with self._state_lock:
+                self._finished = None
+            raise
+        if target is None or resolved is None or report.outcome is not CommitOutcome.COMMITTED:
+            return report
+        return register_commit(report, table=target, catalog=resolved)
+
+    def abort(self, *, force: bool = False) -> AbortReport:
+        """Abort every upload of this job and remove its records; nothing of it is visible afterwards."""
+        with self._state_lock:
+            if self._finished == "commit":
+                raise JobStateError(
+                    f"job {self.job_id} was committed, or its commit started and may be partly visible: it cannot "
+                    f"be aborted. If the commit failed, finish it with `mpcommit jobs recover {self.destination.uri} "
+                    f"--job {self.job_id}`."
+                )
+            self._finished = "abort"
+        return self._committer.abort(force=force)
+
+    def _enter(self, what: str) -> None:
+        with self._state_lock:
+            if self._finished is not None:
+                raise JobStateError(f"job {self.job_id} was already {self._finished}ed; create a new job")
+            self._finished = what
+
+    def __repr__(self) -> str:
+        return f"Job({self.destination.uri!r}, job_id={self.job_id!r}, mode={self.descriptor.mode.value!r})"
+
+
+def destination_has_data(store: S3Store, destination: Destination) -> bool:
+    """True when anything but mpcommit's hidden job records lies under the destination (``_SUCCESS`` counts,
+    as an empty committed table is still a table)."""
+    temporary = HIDDEN_ROOT.split("/", 1)[0] + "/"
+    # Two names are enough: the hidden folder is one name, anything else is data.
+    return any(child != temporary for child in store.list_children(destination.bucket, destination.root, limit=2))

@@ -1,0 +1,222 @@
+"""The job descriptor (written when a job is created) and the commit journal (written before the first
+complete, so that `recover` can finish an interrupted commit exactly as it would have finished: I4)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ...errors import ManifestCorruptError, ManifestScopeError
+from ...modes import PartitionOverwrite, WriteMode
+from ..layout import Destination, JobPaths, is_hidden_key, job_id_of_key
+from .base import Reader, check_kind, dumps, loads_object
+from .manifest import PendingUpload
+
+DESCRIPTOR_KIND = "mpcommit.JobDescriptor"
+JOURNAL_KIND = "mpcommit.CommitJournal"
+
+
+def _check_scope(r: Reader, *, destination: Destination, job_id: str | None, what: str, where: str) -> None:
+    bucket, prefix, found_job = r.str("bucket"), r.obj.get("prefix", ""), r.str("jobId")
+    if bucket != destination.bucket or prefix != destination.prefix:
+        raise ManifestScopeError(
+            f"{what} at {where} belongs to s3://{bucket}/{prefix}, not {destination.uri}; refused"
+        )
+    if job_id is not None and found_job != job_id:
+        raise ManifestScopeError(f"{what} at {where} belongs to job {found_job}, not {job_id}; refused")
+
+
+@dataclass(frozen=True)
+class JobDescriptor:
+    job_id: str
+    bucket: str
+    prefix: str
+    mode: WriteMode
+    partition_overwrite: PartitionOverwrite
+    created_ms: int
+    hostname: str
+    purpose: str = "write"  # "write" or "compact"
+
+    def to_bytes(self) -> bytes:
+        return dumps(
+            {
+                "kind": DESCRIPTOR_KIND,
+                "version": 1,
+                "jobId": self.job_id,
+                "bucket": self.bucket,
+                "prefix": self.prefix,
+                "mode": self.mode.value,
+                "partitionOverwrite": self.partition_overwrite.value,
+                "created": self.created_ms,
+                "hostname": self.hostname,
+                "purpose": self.purpose,
+            }
+        )
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, where: str, destination: Destination, job_id: str | None = None) -> "JobDescriptor":
+        obj = loads_object(data, what="job descriptor", where=where)
+        check_kind(obj, kind=DESCRIPTOR_KIND, versions=(1,), what="job descriptor", where=where)
+        r = Reader(obj, what="job descriptor", where=where)
+        _check_scope(r, destination=destination, job_id=job_id, what="job descriptor", where=where)
+        return cls(
+            job_id=r.str("jobId"),
+            bucket=r.str("bucket"),
+            prefix=obj.get("prefix", ""),
+            mode=WriteMode.parse(r.str("mode")),
+            partition_overwrite=PartitionOverwrite.parse(r.str("partitionOverwrite")),
+            created_ms=r.int("created"),
+            hostname=r.str("hostname"),
+            purpose=r.str("purpose", optional=True) or "write",
+        )
+
+
+@dataclass(frozen=True)
+class DeleteEntry:
+    """An object the commit deletes after every new file is completed (compaction sources).
+    The ETag pins the version that was planned: a changed object is left alone."""
+
+    key: str
+    etag: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"key": self.key, "etag": self.etag}
+
+
+@dataclass(frozen=True)
+class MergedFile:
+    """A file merged at commit time from staged small files: its uncompleted upload, and the final keys of
+    the staged files it replaces (which the commit then does not move in)."""
+
+    upload: PendingUpload
+    sources: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"upload": self.upload.to_json(), "sources": list(self.sources)}
+
+
+@dataclass(frozen=True)
+class CommitJournal:
+    """What a commit will do, written before it does any of it.
+
+    ``winners`` are the manifest keys of the attempts to complete, one per task. ``replace`` lists the
+    partition paths (relative to the destination; "" for all of it) whose older objects an overwrite removes
+    once the new files are complete; only objects last modified before ``started_ms`` and not carrying this
+    job's id are removed, so that a later job's data survives a late recovery. ``merged`` (format version 2)
+    lists the files merged at commit time: completed with the winners, in place of their staged sources.
+    A journal without merges is written as version 1, exactly as before.
+    """
+
+    job_id: str
+    bucket: str
+    prefix: str
+    mode: WriteMode
+    partition_overwrite: PartitionOverwrite
+    started_ms: int
+    winners: tuple[str, ...]
+    replace: tuple[str, ...] = ()
+    delete: tuple[DeleteEntry, ...] = ()
+    purpose: str = "write"
+    merged: tuple[MergedFile, ...] = ()
+
+    def to_bytes(self) -> bytes:
+        self.validate_merged()
+        extra: dict[str, Any] = {"merged": [m.to_json() for m in self.merged]} if self.merged else {}
+        return dumps(
+            {
+                "kind": JOURNAL_KIND,
+                "version": 2 if self.merged else 1,
+                "jobId": self.job_id,
+                "bucket": self.bucket,
+                "prefix": self.prefix,
+                "mode": self.mode.value,
+                "partitionOverwrite": self.partition_overwrite.value,
+                "started": self.started_ms,
+                "winners": list(self.winners),
+                "replace": list(self.replace),
+                "delete": [d.to_json() for d in self.delete],
+                "purpose": self.purpose,
+                **extra,
+            }
+        )
+
+    def validate_merged(self, where: str = "<memory>") -> None:
+        """Merged files must be this job's data keys inside the destination (I7), with parts 1..N, and every
+        source merged at most once."""
+        destination = Destination(self.bucket, self.prefix)
+        seen: set[str] = set()
+        for m in self.merged:
+            key = m.upload.key
+            if not destination.contains(key) or is_hidden_key(destination, key) or job_id_of_key(destination, key) != self.job_id:
+                raise ManifestScopeError(
+                    f"commit journal at {where} merges into {key!r}, which is not a data key of job {self.job_id} "
+                    f"in {destination.uri}; refused"
+                )
+            numbers = [p.number for p in m.upload.parts]
+            if not numbers or numbers != list(range(1, len(numbers) + 1)) or sum(p.size for p in m.upload.parts) != m.upload.size:
+                raise ManifestCorruptError(f"commit journal at {where}: the parts of merged file {key!r} are inconsistent")
+            if not m.sources:
+                raise ManifestCorruptError(f"commit journal at {where}: merged file {key!r} names no sources")
+            for source in m.sources:
+                if not destination.contains(source) or job_id_of_key(destination, source) != self.job_id:
+                    raise ManifestScopeError(
+                        f"commit journal at {where}: merged file {key!r} names source {source!r}, not a file of job "
+                        f"{self.job_id}; refused"
+                    )
+                if source in seen:
+                    raise ManifestCorruptError(f"commit journal at {where}: {source!r} is merged twice; refused")
+                seen.add(source)
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, where: str, destination: Destination, job_id: str) -> "CommitJournal":
+        obj = loads_object(data, what="commit journal", where=where)
+        version = check_kind(obj, kind=JOURNAL_KIND, versions=(1, 2), what="commit journal", where=where)
+        if version == 1 and "merged" in obj:
+            raise ManifestCorruptError(f"commit journal at {where}: version 1 cannot carry merged files; refused")
+        r = Reader(obj, what="commit journal", where=where)
+        _check_scope(r, destination=destination, job_id=job_id, what="commit journal", where=where)
+        paths = JobPaths(destination, job_id)
+
+        def winner(v: Any, w: str) -> str:
+            if not isinstance(v, str) or not v.startswith(paths.tasks) or not destination.contains(v):
+                raise ManifestScopeError(f"commit journal at {w} names {v!r}, not a manifest of job {job_id}; refused")
+            return v
+
+        def replaced(v: Any, w: str) -> str:
+            if not isinstance(v, str) or (v and not destination.contains(f"{destination.root}{v}")):
+                raise ManifestScopeError(f"commit journal at {w}: {v!r} is not a partition path of {destination.uri}")
+            return v
+
+        def deleted(v: Any, w: str) -> DeleteEntry:
+            e = r.obj_of(v, w)
+            key = e.str("key")
+            if not destination.contains(key):
+                raise ManifestScopeError(f"commit journal at {w} deletes {key!r} outside {destination.uri}; refused")
+            return DeleteEntry(key, e.str("etag"))
+
+        def merged(v: Any, w: str) -> MergedFile:
+            e = r.obj_of(v, w)
+            upload = PendingUpload.from_json(e.obj.get("upload"), f"{w}.upload", e)
+
+            def source(value: Any, sw: str) -> str:
+                if not isinstance(value, str):
+                    raise ManifestCorruptError(f"commit journal at {sw} must be a key, got {value!r:.80}")
+                return value
+
+            return MergedFile(upload, e.list("sources", source))
+
+        journal = cls(
+            job_id=r.str("jobId"),
+            bucket=r.str("bucket"),
+            prefix=obj.get("prefix", ""),
+            mode=WriteMode.parse(r.str("mode")),
+            partition_overwrite=PartitionOverwrite.parse(r.str("partitionOverwrite")),
+            started_ms=r.int("started"),
+            winners=r.list("winners", winner),
+            replace=r.list("replace", replaced, optional=True),
+            delete=r.list("delete", deleted, optional=True),
+            purpose=r.str("purpose", optional=True) or "write",
+            merged=r.list("merged", merged, optional=True) if version >= 2 else (),
+        )
+        journal.validate_merged(where)
+        return journal

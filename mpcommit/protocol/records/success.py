@@ -1,0 +1,116 @@
+"""``PREFIX/_SUCCESS``: the JSON summary a commit writes last (the S3A committer's SuccessData, extended)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from ...errors import ManifestCorruptError
+from .base import Reader, check_kind, dumps, loads_object
+
+SUCCESS_NAME = "mpcommit.SuccessData/1"
+
+
+@dataclass(frozen=True)
+class PartitionStats:
+    """What one commit put into one partition ("" for the table's root): Hive's basic statistics numFiles,
+    totalSize and numRows, counted from the committed files themselves, never from a listing.
+
+    ``rows`` is None when any file's row count is unknown.
+    """
+
+    files: int
+    bytes: int
+    rows: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"files": self.files, "bytes": self.bytes}
+        if self.rows is not None:
+            out["rows"] = self.rows
+        return out
+
+    @classmethod
+    def from_json(cls, value: Any, *, where: str) -> "PartitionStats":
+        if not isinstance(value, dict):
+            raise ManifestCorruptError(f"_SUCCESS at {where} must be an object with files, bytes and rows")
+        r = Reader(value, what="_SUCCESS", where=where)
+        return cls(files=r.int("files"), bytes=r.int("bytes"), rows=r.int("rows", optional=True))
+
+
+def partition_stats_from_json(value: Any, *, where: str) -> dict[str, PartitionStats] | None:
+    """The optional ``partitionStats`` object of _SUCCESS: None when absent (files written before it existed)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ManifestCorruptError(f"_SUCCESS at {where}: field 'partitionStats' must be an object")
+    return {str(k): PartitionStats.from_json(v, where=f"{where}: partitionStats[{k!r}]") for k, v in value.items()}
+
+
+@dataclass(frozen=True)
+class SuccessData:
+    job_id: str
+    mode: str
+    filenames: tuple[str, ...]
+    bytes: int
+    rows: int | None
+    partitions: tuple[str, ...]
+    timings: dict[str, float] = field(default_factory=dict)
+    hostname: str = ""
+    timestamp_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    purpose: str = "write"
+    #: Per partition ("" for the root), what this commit wrote; None in _SUCCESS files written before
+    #: mpcommit recorded it (readers must accept both).
+    partition_stats: Mapping[str, PartitionStats] | None = None
+
+    @property
+    def files(self) -> int:
+        return len(self.filenames)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "name": SUCCESS_NAME,
+            "kind": "mpcommit.SuccessData",
+            "version": 1,
+            "committer": "mpcommit",
+            "timestamp": self.timestamp_ms,
+            "date": datetime.fromtimestamp(self.timestamp_ms / 1000, timezone.utc).isoformat(),
+            "hostname": self.hostname,
+            "jobId": self.job_id,
+            "mode": self.mode,
+            "purpose": self.purpose,
+            "filenames": list(self.filenames),
+            "files": self.files,
+            "bytes": self.bytes,
+            "rows": self.rows,
+            "partitions": list(self.partitions),
+            "timings": self.timings,
+        }
+        if self.partition_stats is not None:
+            out["partitionStats"] = {p: s.to_json() for p, s in sorted(self.partition_stats.items())}
+        return out
+
+    def to_bytes(self) -> bytes:
+        return dumps(self.to_json())
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, where: str) -> "SuccessData":
+        obj = loads_object(data, what="_SUCCESS", where=where)
+        check_kind(obj, kind="mpcommit.SuccessData", versions=(1,), what="_SUCCESS", where=where)
+        r = Reader(obj, what="_SUCCESS", where=where)
+        timings = obj.get("timings") or {}
+        return cls(
+            job_id=r.str("jobId"),
+            mode=r.str("mode"),
+            filenames=r.list("filenames", lambda v, w: str(v)),
+            bytes=r.int("bytes"),
+            rows=r.int("rows", optional=True),
+            partitions=r.list("partitions", lambda v, w: str(v)),
+            timings={str(k): float(v) for k, v in timings.items()} if isinstance(timings, dict) else {},
+            hostname=r.str("hostname", optional=True) or "",
+            timestamp_ms=r.int("timestamp"),
+            purpose=r.str("purpose", optional=True) or "write",
+            partition_stats=partition_stats_from_json(obj.get("partitionStats"), where=where),
+        )
