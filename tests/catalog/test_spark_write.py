@@ -3,9 +3,6 @@ statistics of the data the write committed (checked against an independent listi
 
 from __future__ import annotations
 
-import os
-import sys
-import warnings
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -15,6 +12,7 @@ import pytest
 from mpcommit.catalog import GlueCatalog
 from tests.catalog.conftest import create_table, partitions, stats_of
 from tests.support.checks import visible_keys
+from tests.support.spark_s3a import spark_session
 
 pytestmark = [pytest.mark.spark, pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")]
 
@@ -23,19 +21,9 @@ pytestmark = [pytest.mark.spark, pytest.mark.filterwarnings("ignore:PySpark does
 def spark() -> Iterator[Any]:
     """The process's Spark session (shared with the Spark suite when it runs in the same process)."""
     pytest.importorskip("pyspark")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    warnings.filterwarnings("ignore", message=".*PySpark does not yet fully support pandas.*")
-    from pyspark.sql import SparkSession
-
-    existing = SparkSession.getActiveSession()
-    session = existing or (SparkSession.builder.master("local[2]").appName("mpcommit-catalog-tests")
-                           .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-                           .config("spark.sql.shuffle.partitions", "2").getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
+    session, created = spark_session()
     yield session
-    if existing is None:
+    if created:
         session.stop()
 
 

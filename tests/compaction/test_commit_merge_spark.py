@@ -6,9 +6,6 @@ Read back with pyarrow's own S3 client.
 
 from __future__ import annotations
 
-import os
-import sys
-import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +16,7 @@ import pytest
 
 from mpcommit.compaction import MergePolicy
 from tests.support.checks import all_keys, pending_uploads, read_object, visible_keys
+from tests.support.spark_s3a import spark_session
 
 pytestmark = [pytest.mark.spark,
               pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")]
@@ -31,22 +29,9 @@ ROWS = 6000
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
     """The process's SparkSession (shared with tests/spark when run together; stopped only if made here)."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    warnings.filterwarnings("ignore", message=".*PySpark does not yet fully support pandas.*")
-    from pyspark.sql import SparkSession
-
-    existing = SparkSession.getActiveSession()
-    session = existing or (
-        SparkSession.builder.master("local[2,3]").appName("mpcommit-tests")
-        .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC").config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", "1g").getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
+    session, created = spark_session()
     yield session
-    if existing is None:
+    if created:
         session.stop()
 
 
