@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO, ClassVar
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..errors import UsageError
 
@@ -188,6 +189,27 @@ def open_text_stream(sink: BinaryIO, codec: str | None) -> Any:
     if codec is None:
         return NonClosingSink(sink)
     return pa.CompressedOutputStream(NonClosingSink(sink), codec)
+
+
+_TIMESTAMP_TEXT = "%Y-%m-%dT%H:%M:%S"
+
+
+def spark_timestamp_text(values: pa.Array) -> pa.Array:
+    """Timestamps as Spark's CSV and JSON writers spell them by default -- ``yyyy-MM-dd'T'HH:mm:ss.SSS``, then
+    ``Z`` for a timestamp with a time zone, in UTC -- except that sub-millisecond digits are kept (six of them):
+    Spark's own default drops them, and its reader takes both. Spark writes a zoned timestamp in the session's
+    time zone (``+01:00``...); this always writes UTC, the same instant."""
+    t = values.type
+    if t.unit == "s":
+        values = values.cast(pa.timestamp("ms", tz=t.tz))
+    if t.tz is not None:
+        values = values.cast(pa.timestamp(values.type.unit, tz="UTC"))
+    millis = values.cast(pa.timestamp("ms", tz=values.type.tz), safe=False)
+    text = pc.strftime(millis, format=_TIMESTAMP_TEXT)  # %S prints the unit's fraction: here .SSS
+    if values.type.unit != "ms":
+        finer = pc.not_equal(millis.cast(values.type), values)
+        text = pc.if_else(finer, pc.strftime(values, format=_TIMESTAMP_TEXT), text)
+    return pc.binary_join_element_wise(text, "Z", "") if t.tz is not None else text
 
 
 def refuse_types(schema: pa.Schema, *, fmt: str, refuse: Any, why: str) -> None:

@@ -168,6 +168,10 @@ def csv_types(batch: pa.RecordBatch) -> pcsv.ConvertOptions:
     return pcsv.ConvertOptions(column_types=batch.schema, strings_can_be_null=True, quoted_strings_can_be_null=False)
 
 
+#: Spark's CSV dialect: a backslash escapes a quote (or itself) inside quotes; no doubled quotes.
+SPARK_CSV = pcsv.ParseOptions(escape_char="\\", double_quote=False, newlines_in_values=True)
+
+
 @pytest.mark.parametrize("compression,decompress", [("none", lambda b: b), ("gzip", gzip.decompress),
                                                     ("bzip2", bz2.decompress)])
 def test_csv_round_trip_with_header(compression: str, decompress) -> None:  # noqa: ANN001
@@ -175,8 +179,8 @@ def test_csv_round_trip_with_header(compression: str, decompress) -> None:  # no
     data, rows = write_file(make_format("csv", {"header": "true", "compression": compression}), [batch, batch])
     plain = decompress(data)
     assert rows == 8
-    assert plain.startswith(b'"id","name","uni","ts","day","amount","ok"\n')
-    table = pcsv.read_csv(io.BytesIO(plain), convert_options=csv_types(batch))
+    assert plain.startswith(b'id,name,uni,ts,day,amount,ok\n')
+    table = pcsv.read_csv(io.BytesIO(plain), parse_options=SPARK_CSV, convert_options=csv_types(batch))
     assert table.to_pylist() == batch.to_pylist() * 2
 
 
@@ -190,8 +194,31 @@ def test_csv_defaults_are_sparks_no_header_comma_quote_when_needed() -> None:
 def test_csv_separator_line_separator_and_null_value() -> None:
     batch = pa.record_batch({"a": [1, None], "b": ["x;y", "z"]})
     data, _ = write_file(make_format("csv", {"sep": ";", "lineSep": "\r\n", "nullValue": "NULL"}), [batch])
-    # pyarrow quotes every string (Spark only those that need it); CSV readers take both alike.
-    assert data == b'1;"x;y"\r\nNULL;"z"\r\n'
+    assert data == b'1;"x;y"\r\nNULL;z\r\n'
+
+
+def test_csv_quotes_and_backslashes_are_escaped_as_sparks_reader_expects() -> None:
+    values = ['say "hi"', "back\\slash", 'both \\"', "a,b\\", "line\nbreak", "cr\rx", "", None, " pad "]
+    batch = pa.record_batch({"s": values})
+    data, _ = write_file(make_format("csv"), [batch])
+    # Quoted only where needed; inside quotes \" and \\ (Spark's escape default), never RFC 4180's "". Unquoted
+    # fields are taken as they are (a backslash there escapes nothing). tests/interop reads these back with Spark.
+    assert data.decode() == ('"say \\"hi\\""\nback\\slash\n"both \\\\\\""\n"a,b\\\\"\n"line\nbreak"\n"cr\rx"\n""\n\n'
+                             ' pad \n')
+
+
+def test_csv_floats_are_spelled_as_spark_reads_them() -> None:
+    batch = pa.record_batch({"x": pa.array([2.0, -0.0, 0.5, 1e20, float("nan"), float("inf"), float("-inf"), None]),
+                             "f": pa.array([3.0, 1.5, None, None, None, None, None, None], pa.float32())})
+    data, _ = write_file(make_format("csv"), [batch])
+    # Whole numbers keep ".0" (else Spark's inferSchema makes an integer column); nan/inf as Java spells them.
+    assert data.decode().splitlines() == ["2.0,3.0", "-0.0,1.5", "0.5,", "1e+20,", "NaN,", "Infinity,", "-Infinity,", ","]
+
+
+def test_csv_quote_all_quotes_every_value_but_nulls() -> None:
+    data, _ = write_file(make_format("csv", {"quoteAll": "true", "header": "true"}),
+                         [pa.record_batch({"a": [1, None], "b": ['x"', "y"]})])
+    assert data == b'"a","b"\n"1","x\\""\n,"y"\n'
 
 
 def test_csv_zstd_stream_is_a_complete_zstd_frame() -> None:
@@ -275,3 +302,25 @@ def test_text_writes_one_line_per_row_and_null_as_empty_line() -> None:
 def test_text_refuses_anything_but_one_string_column(schema: pa.Schema, message: str) -> None:
     with pytest.raises(UsageError, match=message):
         make_format("text").check_schema(schema)
+
+
+# ---------------------------------------------------------------- timestamps in the text formats
+def test_timestamps_are_written_as_spark_writes_them_keeping_microseconds() -> None:
+    from mpcommit.formats.base import spark_timestamp_text
+
+    moments = [dt.datetime(2024, 3, 1, 12, 30, 1, 123000), dt.datetime(2024, 3, 1, 12, 30, 1),
+               dt.datetime(2024, 3, 1, 12, 30, 1, 123456), dt.datetime(1969, 12, 31, 23, 59, 59, 999999), None]
+    zoned = pa.array(moments, pa.timestamp("us", tz="UTC"))
+    assert spark_timestamp_text(zoned).to_pylist() == [
+        "2024-03-01T12:30:01.123Z", "2024-03-01T12:30:01.000Z", "2024-03-01T12:30:01.123456Z",
+        "1969-12-31T23:59:59.999999Z", None]
+    # Another zone: the same instants, written in UTC.
+    assert spark_timestamp_text(zoned.cast(pa.timestamp("us", tz="Asia/Kolkata"))).to_pylist()[0] == "2024-03-01T12:30:01.123Z"
+    # Without a zone (Spark's TIMESTAMP_NTZ): no suffix. Whole seconds: still .SSS.
+    assert spark_timestamp_text(pa.array(moments[:2], pa.timestamp("s"))).to_pylist() == [
+        "2024-03-01T12:30:01.000", "2024-03-01T12:30:01.000"]
+    batch = pa.record_batch({"ts": zoned})
+    csv_data, _ = write_file(make_format("csv"), [batch])
+    json_data, _ = write_file(make_format("json"), [batch])
+    assert csv_data.decode().splitlines()[0] == "2024-03-01T12:30:01.123Z"
+    assert json_data.decode().splitlines()[0] == '{"ts":"2024-03-01T12:30:01.123Z"}'
