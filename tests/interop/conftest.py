@@ -1,0 +1,50 @@
+"""Fixtures for the interop tests: Spark's own readers and writers on ``s3a://`` against the test servers.
+
+Hadoop's S3A jars come from ``make s3a-install`` (s3a/install.sh). Without them every test here is skipped with
+a message naming the missing jars -- or fails, under ``CI=true``, where a skip would hide that nothing ran.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.conftest import Backend
+from tests.support.spark_s3a import point_bucket_at, s3a_jars_problem, session_has_s3a, spark_session
+
+
+def require_s3a_jars() -> None:
+    """Skip (fail under CI=true) when the S3A jars cannot be used, saying which are missing and how to get them."""
+    problem = s3a_jars_problem()
+    if problem is None:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{problem} (CI=true: the s3a tests must run, not skip)", pytrace=False)
+    pytest.skip(problem)
+
+
+@pytest.fixture(scope="session")
+def s3a_spark() -> Iterator[Any]:
+    """The process's SparkSession, with S3A on its classpath."""
+    pytest.importorskip("pyspark")
+    require_s3a_jars()
+    session, created = spark_session()
+    if not session_has_s3a(session):
+        pytest.fail("this process's Spark JVM started without the S3A jars on its classpath: every in-process "
+                    "session must come from tests.support.spark_s3a.spark_session", pytrace=False)
+    try:
+        yield session
+    finally:
+        if created:
+            session.stop()
+
+
+@pytest.fixture
+def s3a_bucket(s3a_spark: Any, backend: Backend) -> str:
+    """A fresh bucket on ``backend`` that ``s3a://`` paths in ``s3a_spark`` reach."""
+    name = backend.new_bucket("mpc-s3a")
+    point_bucket_at(s3a_spark, name, backend.endpoint_url)
+    return name
