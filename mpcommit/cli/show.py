@@ -1,4 +1,6 @@
-"""``mpcommit show S3URI``: the ``_SUCCESS`` summary a commit wrote last, for people (or as JSON)."""
+"""``mpcommit show S3URI``: the ``_SUCCESS`` summary a commit wrote last, for people (or as JSON).
+
+Besides mpcommit's own, it reads the _SUCCESS of Hadoop's S3A committers (a table Spark wrote on ``s3a://``)."""
 
 from __future__ import annotations
 
@@ -32,6 +34,13 @@ def show(ctx: click.Context, uri: str, all_files: bool, as_json: bool) -> None:
     except NoSuchKeyError:
         fail(f"no {where}: nothing was committed to {dest.uri} (or not by a committer that writes _SUCCESS)")
         ctx.exit(1)
+    s3a = _s3a_success(data)
+    if s3a is not None:
+        if as_json:
+            print_json(s3a)
+        else:
+            _show_s3a(where, s3a, all_files)
+        return
     try:
         success = SuccessData.from_bytes(data, where=where)
     except ManifestError as exc:
@@ -67,3 +76,49 @@ def show(ctx: click.Context, uri: str, all_files: bool, as_json: bool) -> None:
             out.print(f"  {name}", markup=False)
         if len(success.filenames) > len(names):
             out.print(f"  ... and {len(success.filenames) - len(names):,} more (--files lists them all)")
+
+
+#: The ``name`` of the _SUCCESS that Hadoop's S3A committers (magic, directory, partitioned staging) write.
+S3A_SUCCESS_NAME = "org.apache.hadoop.fs.s3a.commit.files.SuccessData/"
+
+
+def _s3a_success(data: bytes) -> dict | None:
+    """The S3A committers' _SUCCESS document, or None when ``data`` is something else."""
+    try:
+        obj = json.loads(data)
+    except ValueError:
+        return None
+    name = obj.get("name") if isinstance(obj, dict) else None
+    return obj if isinstance(name, str) and name.startswith(S3A_SUCCESS_NAME) else None
+
+
+def _show_s3a(where: str, doc: dict, all_files: bool) -> None:
+    """A summary of an S3A committer's _SUCCESS: a table Spark (or another Hadoop job) wrote through S3A."""
+    out = out_console()
+    table = Table(title=where, title_justify="left", show_header=False, box=None, pad_edge=False)
+    table.add_column("field", style="bold", no_wrap=True)
+    table.add_column("value", overflow="fold")
+    table.add_row("Committer", f"Hadoop S3A, {doc.get('committer') or 'unknown'} committer (not mpcommit)")
+    table.add_row("Job", str(doc.get("jobId") or "unknown"))
+    stamp = doc.get("timestamp")
+    if isinstance(stamp, int):
+        table.add_row("Committed", f"{human_time(stamp)} ({human_age(time.time() - stamp / 1000)} ago)" +
+                      (f" on {doc['hostname']}" if doc.get("hostname") else ""))
+    names = [str(n) for n in doc.get("filenames") or []]
+    # S3A lists at most 100 files in _SUCCESS; its counter says how many it committed.
+    metrics = doc.get("metrics") if isinstance(doc.get("metrics"), dict) else {}
+    committed = metrics.get("committer_commits_completed")
+    files = f"{committed:,}" if isinstance(committed, int) else f"{len(names):,}+"
+    table.add_row("Files", files + (f" ({len(names):,} listed in _SUCCESS)" if len(names) != committed else ""))
+    size = metrics.get("committer_bytes_committed")
+    if isinstance(size, int):
+        table.add_row("Bytes", f"{human_bytes(size)} ({size:,})")
+    table.add_row("Rows", "unknown (S3A does not count them)")
+    out.print(table)
+    shown = names if all_files else names[:FILES_SHOWN]
+    if shown:
+        out.print("Files:")
+        for name in shown:
+            out.print(f"  {name}", markup=False)
+        if len(names) > len(shown):
+            out.print(f"  ... and {len(names) - len(shown):,} more (--files lists them all)")
