@@ -1,0 +1,57 @@
+"""A real catalog on S3 locations: the Spark session catalog with Hive support (embedded Derby metastore) and an
+external table located on ``s3a://``. ``mpcommit.spark.write(..., table=)`` registers the committed partitions;
+``spark.table`` and ``SHOW PARTITIONS`` then give exactly the committed rows and partitions. The session runs in a
+subprocess (tests/interop/hive_s3a_check.py): Hive support needs a JVM of its own."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import Backend
+from tests.interop.conftest import require_s3a_jars
+from tests.support.checks import pending_uploads
+
+pytestmark = [pytest.mark.spark, pytest.mark.s3a, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def observed(backend: Backend, tmp_path: Path) -> dict[str, Any]:
+    pytest.importorskip("pyspark")
+    require_s3a_jars()
+    bucket = backend.new_bucket("mpc-hive")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-m", "tests.interop.hive_s3a_check", str(tmp_path), backend.endpoint_url,
+                           bucket], cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+                          stdin=subprocess.DEVNULL)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    result = json.loads(lines[-1][len("RESULT "):])
+    result["bucket"], result["client"] = bucket, backend.client
+    return result
+
+
+def test_a_write_with_table_registers_its_partitions_in_hive_on_s3a(observed: dict[str, Any]) -> None:
+    assert observed["catalogImplementation"] == "hive"
+    first = observed["first"]
+    expected_partitions = ["dt=2024-01-01/n=0", "dt=2024-01-01/n=1", "dt=50%25 off/n=0", "dt=50%25 off/n=1",
+                           "dt=__HIVE_DEFAULT_PARTITION__/n=0", "dt=__HIVE_DEFAULT_PARTITION__/n=1",
+                           "dt=a%2Fb%3Ac/n=0", "dt=a%2Fb%3Ac/n=1"]
+    assert first["committed_partitions"] == expected_partitions
+    assert first["show_partitions"] == expected_partitions
+    assert first["table"] == first["written"]
+
+    second = observed["second"]
+    assert second["show_partitions"] == expected_partitions
+    kept = [row for row in first["written"] if (row[2], row[3]) != ("2024-01-01", 0)]
+    assert second["table"] == sorted(kept + second["written"], key=repr)
+    assert second["partition_location"] == f"s3a://{observed['bucket']}/events/dt=a%2Fb%3Ac/n=1"
+    assert pending_uploads(observed["client"], observed["bucket"], "events") == []
