@@ -1,7 +1,7 @@
 """SparkSqlCatalog against a real Hive-enabled Spark session (embedded Derby metastore), on ``file:`` locations.
 
-PySpark from PyPI has no s3a filesystem, so the JVM cannot resolve an S3 table location here: the registrations
-run on local directories standing in for the table's S3 prefix (the catalog code does not depend on the scheme).
+Local directories keep this test free of S3 and of Hadoop's S3A jars; the same catalog with a table located on
+``s3a://`` runs in tests/interop/test_catalog_on_s3a.py.
 The session runs in a subprocess (tests/catalog/spark_hive_check.py): a process holds one SparkContext, and the
 shared test session has no Hive support.
 """
