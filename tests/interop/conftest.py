@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Backend
+from tests.conftest import Backend, selected_backends
 from tests.support.spark_s3a import point_bucket_at, s3a_jars_problem, session_has_s3a, spark_session
 
 
@@ -42,9 +42,26 @@ def s3a_spark() -> Iterator[Any]:
             session.stop()
 
 
+def on_backends(values: list[Any], *, moto: tuple[Any, ...] = ()) -> list[Any]:
+    """Parameters ``(backend name, value)`` for ``@pytest.mark.parametrize("s3a_backend,...", ..., indirect=
+    ["s3a_backend"])``: every value on LocalStack, the main target, and those in ``moto`` on moto too. moto serves
+    from the test process itself, where every request of Spark's S3A client competes with the driver for the
+    GIL: the same case takes several times longer there, so moto runs a few cases, not the matrix."""
+    cases = [("localstack", v) for v in values] + [("moto", v) for v in values if v in moto]
+    marks = {"localstack": (pytest.mark.localstack,), "moto": ()}
+    return [pytest.param(name, v, marks=marks[name], id=f"{name}-{v}" if v != "" else name) for name, v in cases
+            if name in selected_backends()]
+
+
 @pytest.fixture
-def s3a_bucket(s3a_spark: Any, backend: Backend) -> str:
-    """A fresh bucket on ``backend`` that ``s3a://`` paths in ``s3a_spark`` reach."""
-    name = backend.new_bucket("mpc-s3a")
-    point_bucket_at(s3a_spark, name, backend.endpoint_url)
+def s3a_backend(request: pytest.FixtureRequest) -> Backend:
+    """The backend named by the test's ``on_backends`` parameter."""
+    return request.getfixturevalue(f"_{request.param}_backend_session")
+
+
+@pytest.fixture
+def s3a_bucket(s3a_spark: Any, s3a_backend: Backend) -> str:
+    """A fresh bucket on ``s3a_backend`` that ``s3a://`` paths in ``s3a_spark`` reach."""
+    name = s3a_backend.new_bucket("mpc-s3a")
+    point_bucket_at(s3a_spark, name, s3a_backend.endpoint_url)
     return name

@@ -24,7 +24,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def observed(backend: Backend, tmp_path: Path) -> dict[str, Any]:
+def observed(localstack_backend: Backend, tmp_path: Path) -> dict[str, Any]:
+    """What the Hive session saw, on LocalStack only: the subprocess's JVM and metastore cost about two minutes
+    per backend on a busy machine, and the catalog's S3 side is the same on moto."""
+    backend = localstack_backend
     pytest.importorskip("pyspark")
     require_s3a_jars()
     bucket = backend.new_bucket("mpc-hive")

@@ -18,6 +18,7 @@ import pytest
 
 from mpcommit.spark import write
 from tests.conftest import Backend
+from tests.interop.conftest import on_backends
 from tests.support.checks import visible_keys
 
 pytestmark = [pytest.mark.spark, pytest.mark.s3a,
@@ -73,10 +74,10 @@ def comparable(rows: list[Any]) -> list[tuple]:
     return sorted((tuple(norm(v) for v in row) for row in rows), key=repr)
 
 
-@pytest.mark.parametrize("fmt", list(FORMATS))
-def test_spark_reads_an_mpcommit_table_as_it_reads_its_own(s3a_spark, backend: Backend, s3a_bucket: str,
+@pytest.mark.parametrize("s3a_backend,fmt", on_backends(list(FORMATS), moto=("parquet",)), indirect=["s3a_backend"])
+def test_spark_reads_an_mpcommit_table_as_it_reads_its_own(s3a_spark, s3a_backend: Backend, s3a_bucket: str,
                                                           fmt: str) -> None:
-    spark, bucket = s3a_spark, s3a_bucket
+    spark, bucket, backend = s3a_spark, s3a_bucket, s3a_backend
     write_options, read_options = FORMATS[fmt]
     df = source_frame(spark, fmt)
 
