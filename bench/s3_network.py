@@ -1,0 +1,595 @@
+"""An S3-like network for the benchmarks: an HTTP proxy in front of the local S3 server that holds every answer
+for a per-operation latency, caps each connection's bandwidth, and counts requests and bytes per S3 operation.
+
+A loopback server answers in microseconds; S3 answers in tens of milliseconds, and that changes which design
+wins (parts in flight, commit threads). ``tc netem`` on a veth pair would be the other way to get there, but
+this machine's kernel has no netem qdisc (``CONFIG_NET_SCH_NETEM`` is not set; only tbf and htb are built in),
+and netem delays packets, not S3 operations: it cannot give CompleteMultipartUpload 80 ms and a HEAD 30 ms.
+
+The proxy runs in its own process (an asyncio event loop, one upstream connection per client connection), so
+its CPU shows up apart from the client's and the server's (``S3Network.cpu_seconds()``); BENCHMARKS.md states
+what it costs on raw throughput. Shaping, per request:
+
+- the answer's first byte leaves no earlier than ``latency(operation)`` after the request's last byte arrived
+  (a floor, not an addition: the local server's own time counts only where it is longer; such answers are
+  counted as ``late``). Server-side copies take ``latency + bytes copied / copy_rate``;
+- request and response bodies move at most at ``bandwidth`` bytes/s per connection, each way.
+
+Counting, per operation: requests, request and response body bytes, bytes copied server-side (the copy-source
+range, or an unsigned HEAD of the copy source when the request names no range), error answers, late answers.
+The counters are served under ``/__proxy/`` (no bucket can be named so: bucket names have no underscores):
+
+    GET /__proxy/stats      the counters (JSON)           POST /__proxy/reset     zero them; answers the old ones
+    GET /__proxy/profile    the shaping in force          PUT  /__proxy/profile   replace it (JSON body)
+
+and written to ``--stats-file`` when the proxy stops. Run it by hand with::
+
+    python -m bench.s3_network --upstream http://127.0.0.1:4566 --profile s3 [--port 0] [--stats-file f.json]
+
+or from Python with :class:`S3Network` (``with S3Network(upstream, S3_LIKE) as net: net.endpoint_url``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:  # run as a script or as a subprocess from elsewhere
+    sys.path.insert(0, str(REPO_ROOT))
+
+from tests.support.fault_proxy import classify  # noqa: E402 - the one S3 operation classifier of the project
+
+__all__ = ["NONE", "S3_LIKE", "NetworkProfile", "S3Network", "parse_rate", "parse_seconds"]
+
+CONTROL_PREFIX = "/__proxy/"
+CHUNK = 256 * 1024
+COPY_OPERATIONS = ("CopyObject", "UploadPartCopy")
+
+
+# ---------------------------------------------------------------- the shaping
+@dataclass(frozen=True)
+class NetworkProfile:
+    """Latency per S3 operation (seconds; ``default`` for the others), a per-connection bandwidth cap (bytes/s
+    each way, ``None`` for none) and the rate of server-side copies (bytes/s, added to a copy's latency)."""
+
+    name: str
+    default: float = 0.0
+    latency: Mapping[str, float] = field(default_factory=dict)
+    bandwidth: float | None = None
+    copy_rate: float | None = None
+
+    def latency_for(self, op: str, copied: int = 0) -> float:
+        base = self.latency.get(op, self.default)
+        if op in COPY_OPERATIONS and self.copy_rate and copied:
+            base += copied / self.copy_rate
+        return base
+
+    @property
+    def shaped(self) -> bool:
+        return bool(self.default or any(self.latency.values()) or self.bandwidth)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "default": self.default, "latency": dict(self.latency),
+                "bandwidth": self.bandwidth, "copy_rate": self.copy_rate}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "NetworkProfile":
+        return cls(name=str(data.get("name", "custom")), default=float(data.get("default", 0.0)),
+                   latency={str(k): float(v) for k, v in (data.get("latency") or {}).items()},
+                   bandwidth=float(data["bandwidth"]) if data.get("bandwidth") else None,
+                   copy_rate=float(data["copy_rate"]) if data.get("copy_rate") else None)
+
+    def describe(self) -> str:
+        if not self.shaped:
+            return "no added latency, no bandwidth cap"
+        parts = [f"{self.default * 1000:.0f} ms to first byte for every request"]
+        special = ", ".join(f"{op} {s * 1000:.0f} ms" for op, s in sorted(self.latency.items(), key=lambda kv: -kv[1]))
+        if special:
+            parts[0] += f" except {special}"
+        if self.copy_rate:
+            parts.append(f"server-side copies also take size / {self.copy_rate / 1e6:.0f} MB/s")
+        if self.bandwidth:
+            parts.append(f"bodies at most {self.bandwidth / 1e6:.0f} MB/s per connection each way")
+        return "; ".join(parts)
+
+
+#: No shaping: the proxy only forwards and counts (used to measure its own cost).
+NONE = NetworkProfile("none")
+
+#: S3 in the same region as the client (see BENCHMARKS.md, "The S3-like network", for the sources and which
+#: figures are assumptions). The latencies are the same as those of the projection model in bench/common.py.
+S3_LIKE = NetworkProfile(
+    "s3",
+    default=0.030,
+    latency={"CompleteMultipartUpload": 0.080, "DeleteObjects": 0.300, "CopyObject": 0.050, "UploadPartCopy": 0.050},
+    bandwidth=85e6,
+    copy_rate=8e6,
+)
+PROFILES = {"none": NONE, "s3": S3_LIKE}
+
+
+def parse_seconds(text: str) -> float:
+    m = re.fullmatch(r"\s*([0-9.]+)\s*(ms|s)?\s*", text)
+    if not m:
+        raise ValueError(f"not a duration: {text!r} (e.g. 30ms, 0.08s)")
+    return float(m.group(1)) / (1000 if m.group(2) in (None, "ms") else 1)
+
+
+def parse_rate(text: str) -> float | None:
+    """``85MB/s``, ``10MiB/s``, ``1Gbit/s`` or ``none`` -> bytes per second."""
+    if text.strip().lower() in ("", "none", "0"):
+        return None
+    m = re.fullmatch(r"\s*([0-9.]+)\s*(B|KB|MB|GB|KiB|MiB|GiB|kbit|Mbit|Gbit)/s\s*", text)
+    if not m:
+        raise ValueError(f"not a rate: {text!r} (e.g. 85MB/s, 1Gbit/s, none)")
+    unit = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3,
+            "kbit": 125, "Mbit": 125e3, "Gbit": 125e6}[m.group(2)]
+    return float(m.group(1)) * unit
+
+
+# ---------------------------------------------------------------- the counters
+#: Per operation: requests; body bytes each way; bytes copied server-side (and copies whose size could not be
+#: learnt); error answers (>= 400); the latency configured for its requests in total (``latency_seconds``), how
+#: much of it the proxy waited out (``held_seconds``) and how often the server alone took longer (``late``); the
+#: server's own time to its answer's head (``upstream_seconds``).
+OP_FIELDS = ("requests", "request_bytes", "response_bytes", "copied_bytes", "copies_unsized", "errors",
+             "latency_seconds", "held_seconds", "late", "upstream_seconds")
+
+
+class Counters:
+    """Counters per operation, plus connection counts. Only the event loop's thread touches them."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.ops: dict[str, dict[str, float]] = {}
+        self.connections = 0
+        self.max_connections = 0
+        self.open_connections = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.proxy_errors = 0
+        self.since = time.time()
+
+    def op(self, name: str) -> dict[str, float]:
+        if name not in self.ops:
+            self.ops[name] = dict.fromkeys(OP_FIELDS, 0)
+        return self.ops[name]
+
+    def snapshot(self, profile: NetworkProfile) -> dict[str, Any]:
+        totals = dict.fromkeys(OP_FIELDS, 0)
+        for v in self.ops.values():
+            for k in OP_FIELDS:
+                totals[k] += v[k]
+        return {"profile": profile.to_json(), "since": self.since, "now": time.time(),
+                "connections": self.connections, "max_open_connections": self.max_connections,
+                "max_in_flight": self.max_in_flight, "proxy_errors": self.proxy_errors,
+                "ops": {k: dict(v) for k, v in sorted(self.ops.items())}, "totals": totals}
+
+
+# ---------------------------------------------------------------- the proxy
+class _Pacer:
+    """At most ``rate`` bytes/s through one direction of one connection (the rate is the profile's at each call,
+    so a new profile applies to open connections too). Wakes up late by up to a timer tick; a credit of one
+    chunk keeps that lateness from adding up, so N bytes take at least (N - 2 x CHUNK) / rate."""
+
+    def __init__(self) -> None:
+        self.next = 0.0
+
+    async def take(self, n: int, rate: float | None) -> None:
+        if not rate:
+            return
+        now = time.monotonic()
+        start = max(self.next, now - CHUNK / rate)
+        self.next = start + n / rate
+        if start > now:
+            await asyncio.sleep(start - now)
+
+
+_Pace = Callable[[int], Awaitable[None]]
+
+
+class _Closed(Exception):
+    """The peer closed its connection."""
+
+
+class Proxy:
+    def __init__(self, upstream: str, profile: NetworkProfile):
+        parts = urlsplit(upstream)
+        if parts.scheme != "http" or not parts.hostname or not parts.port:
+            raise ValueError(f"upstream must be http://host:port, got {upstream!r}")
+        self.host, self.port = parts.hostname, parts.port
+        self.profile = profile
+        self.counters = Counters()
+
+    # ------------------------------------------------------------ per client connection
+    async def client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        c = self.counters
+        c.connections += 1
+        c.open_connections += 1
+        c.max_connections = max(c.max_connections, c.open_connections)
+        up: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+        pace_up, pace_down = _Pacer(), _Pacer()
+        try:
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                method, target, headers = _parse_head(head)
+                if target.startswith(CONTROL_PREFIX):
+                    await self._control(method, target, headers, reader, writer)
+                    continue
+                if up is None or up[0].at_eof() or up[1].is_closing():
+                    if up is not None:
+                        up[1].close()
+                    up = await asyncio.open_connection(self.host, self.port, limit=1 << 20)
+                keep = await self._exchange(method, target, headers, head, reader, writer, up, pace_up, pace_down)
+                if not keep:
+                    return
+        except (asyncio.IncompleteReadError, ConnectionError, _Closed, OSError):
+            c.proxy_errors += 1
+        finally:
+            c.open_connections -= 1
+            writer.close()
+            if up is not None:
+                up[1].close()
+
+    async def _exchange(self, method: str, target: str, headers: list[tuple[str, str]], head: bytes,
+                        reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                        up: tuple[asyncio.StreamReader, asyncio.StreamWriter], pace_up: _Pacer, pace_down: _Pacer) -> bool:
+        c = self.counters
+        profile = self.profile  # one profile for the whole exchange, even if it is replaced meanwhile
+        split = urlsplit(target)
+        query = dict(parse_qsl(split.query, keep_blank_values=True))
+        lower = {k.lower(): v for k, v in headers}
+        op = classify(method, unquote(split.path), query, lower)
+        stats = c.op(op)
+        stats["requests"] += 1
+        c.in_flight += 1
+        c.max_in_flight = max(c.max_in_flight, c.in_flight)
+        rate = profile.bandwidth
+
+        async def up_pace(n: int) -> None:
+            await pace_up.take(n, rate)
+
+        async def down_pace(n: int) -> None:
+            await pace_down.take(n, rate)
+
+        try:
+            sizing: asyncio.Task[int | None] | None = None
+            copied = 0
+            if op in COPY_OPERATIONS:
+                copied, sizing = self._copy_size(lower)
+            if "100-continue" in lower.get("expect", "").lower():
+                # Answer it here (botocore sends it before every large body); the server never sees it.
+                writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+                head = _drop_header(head, "expect")
+            ureader, uwriter = up
+            uwriter.write(head)
+            if "chunked" in lower.get("transfer-encoding", "").lower():
+                stats["request_bytes"] += await _relay_chunked(reader, uwriter, up_pace)
+            else:
+                n = int(lower.get("content-length") or 0)
+                await _relay_exact(reader, uwriter, n, up_pace)
+                stats["request_bytes"] += n
+            await uwriter.drain()
+            request_end = time.monotonic()
+
+            response_head = await ureader.readuntil(b"\r\n\r\n")
+            stats["upstream_seconds"] += time.monotonic() - request_end
+            status, rheaders = _parse_status(response_head)
+            if status >= 400:
+                stats["errors"] += 1
+            if sizing is not None:
+                size = await sizing
+                if size is None:
+                    stats["copies_unsized"] += 1
+                copied = size or 0
+            if status < 300:
+                stats["copied_bytes"] += copied
+            latency = profile.latency_for(op, copied)
+            stats["latency_seconds"] += latency
+            if latency:
+                wait = request_end + latency - time.monotonic()
+                if wait > 0:
+                    stats["held_seconds"] += wait
+                    await asyncio.sleep(wait)
+                else:
+                    stats["late"] += 1
+            writer.write(response_head)
+            rlower = {k.lower(): v for k, v in rheaders}
+            close = "close" in rlower.get("connection", "").lower() or "close" in lower.get("connection", "").lower()
+            if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
+                pass
+            elif "chunked" in rlower.get("transfer-encoding", "").lower():
+                stats["response_bytes"] += await _relay_chunked(ureader, writer, down_pace)
+            elif "content-length" in rlower:
+                n = int(rlower["content-length"])
+                await _relay_exact(ureader, writer, n, down_pace)
+                stats["response_bytes"] += n
+            else:  # delimited by the end of the connection
+                stats["response_bytes"] += await _relay_to_eof(ureader, writer, down_pace)
+                close = True
+            await writer.drain()
+            return not close
+        finally:
+            c.in_flight -= 1
+
+    def _copy_size(self, headers: Mapping[str, str]) -> tuple[int, asyncio.Task[int | None] | None]:
+        rng = headers.get("x-amz-copy-source-range")
+        if rng:
+            lo, _, hi = rng.partition("=")[2].partition("-")
+            return int(hi) - int(lo) + 1, None
+        return 0, asyncio.ensure_future(self._head_size(headers))
+
+    async def _head_size(self, headers: Mapping[str, str]) -> int | None:
+        """The size of a copy source, by a HEAD of its own on a connection of its own, carrying the copy
+        request's credentials headers (its signature does not match a HEAD: moto and LocalStack do not check
+        signatures; a server that does answers 403, and the copy is counted as unsized)."""
+        path, _, version = unquote(headers.get("x-amz-copy-source", "")).partition("?")
+        target = quote("/" + path.lstrip("/")) + (f"?{version}" if version else "")
+        auth = "".join(f"{k}: {headers[k]}\r\n" for k in ("authorization", "x-amz-date", "x-amz-security-token") if k in headers)
+        try:
+            r, w = await asyncio.open_connection(self.host, self.port)
+            try:
+                w.write(f"HEAD {target} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n{auth}"
+                        "x-amz-content-sha256: UNSIGNED-PAYLOAD\r\nConnection: close\r\n\r\n".encode("latin-1"))
+                await w.drain()
+                status, rheaders = _parse_status(await r.readuntil(b"\r\n\r\n"))
+            finally:
+                w.close()
+        except (OSError, asyncio.IncompleteReadError):
+            return None
+        length = {k.lower(): v for k, v in rheaders}.get("content-length")
+        return int(length) if status == 200 and length is not None else None
+
+    # ------------------------------------------------------------ the control API
+    async def _control(self, method: str, target: str, headers: list[tuple[str, str]],
+                       reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        n = int({k.lower(): v for k, v in headers}.get("content-length") or 0)
+        body = await reader.readexactly(n) if n else b""
+        path = urlsplit(target).path[len(CONTROL_PREFIX):].strip("/")
+        status, answer = 200, None
+        if path == "stats" and method == "GET":
+            answer = self.counters.snapshot(self.profile)
+        elif path == "reset" and method == "POST":
+            answer = self.counters.snapshot(self.profile)
+            self.counters.reset()
+        elif path == "profile" and method == "GET":
+            answer = self.profile.to_json()
+        elif path == "profile" and method == "PUT":
+            try:
+                self.profile = NetworkProfile.from_json(json.loads(body))
+                answer = self.profile.to_json()
+            except (ValueError, TypeError) as exc:
+                status, answer = 400, {"error": str(exc)}
+        else:
+            status, answer = 404, {"error": f"no {method} {target}"}
+        data = json.dumps(answer).encode()
+        writer.write(f"HTTP/1.1 {status} {'OK' if status == 200 else 'Error'}\r\nContent-Type: application/json\r\n"
+                     f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+        await writer.drain()
+
+
+def _parse_head(head: bytes) -> tuple[str, str, list[tuple[str, str]]]:
+    lines = head.decode("latin-1").split("\r\n")
+    method, target, _version = lines[0].split(" ", 2)
+    headers = [(k.strip(), v.strip()) for k, _, v in (line.partition(":") for line in lines[1:] if line)]
+    return method, target, headers
+
+
+def _parse_status(head: bytes) -> tuple[int, list[tuple[str, str]]]:
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split(" ", 2)[1])
+    return status, [(k.strip(), v.strip()) for k, _, v in (line.partition(":") for line in lines[1:] if line)]
+
+
+def _drop_header(head: bytes, name: str) -> bytes:
+    lines = head.split(b"\r\n")
+    keep = [line for line in lines[1:] if line.split(b":", 1)[0].strip().lower() != name.encode()]
+    return b"\r\n".join([lines[0], *keep])
+
+
+async def _relay_exact(src: asyncio.StreamReader, dst: asyncio.StreamWriter, n: int, pace: _Pace) -> None:
+    left = n
+    while left:
+        chunk = await src.read(min(left, CHUNK))
+        if not chunk:
+            raise _Closed()
+        left -= len(chunk)
+        await pace(len(chunk))
+        dst.write(chunk)
+        await dst.drain()
+
+
+async def _relay_chunked(src: asyncio.StreamReader, dst: asyncio.StreamWriter, pace: _Pace) -> int:
+    """Relays a chunked body byte for byte (aws-chunked signatures and trailers included); returns the payload size."""
+    total = 0
+    while True:
+        line = await src.readuntil(b"\r\n")
+        dst.write(line)
+        size = int(line.split(b";", 1)[0].strip() or b"0", 16)
+        if size == 0:
+            while True:  # trailers, then the empty line
+                trailer = await src.readuntil(b"\r\n")
+                dst.write(trailer)
+                if trailer == b"\r\n":
+                    await dst.drain()
+                    return total
+        await _relay_exact(src, dst, size + 2, pace)  # the data and its CRLF
+        total += size
+
+
+async def _relay_to_eof(src: asyncio.StreamReader, dst: asyncio.StreamWriter, pace: _Pace) -> int:
+    total = 0
+    while chunk := await src.read(CHUNK):
+        total += len(chunk)
+        await pace(len(chunk))
+        dst.write(chunk)
+        await dst.drain()
+    return total
+
+
+# ---------------------------------------------------------------- the process
+async def _serve(args: argparse.Namespace, profile: NetworkProfile) -> None:
+    proxy = Proxy(args.upstream, profile)
+    server = await asyncio.start_server(proxy.client, "127.0.0.1", args.port, limit=1 << 20)
+    port = server.sockets[0].getsockname()[1]
+    print(f"listening http://127.0.0.1:{port}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    deadline = time.monotonic() + args.lifetime
+
+    async def watch() -> None:  # self-stopping: at the end of its lifetime, or when its parent is gone
+        while time.monotonic() < deadline:
+            if args.parent_pid and not _alive(args.parent_pid):
+                break
+            await asyncio.sleep(1.0)
+        stop.set()
+
+    watcher = asyncio.ensure_future(watch())
+    await stop.wait()
+    watcher.cancel()
+    server.close()
+    if args.stats_file:
+        Path(args.stats_file).write_text(json.dumps(proxy.counters.snapshot(proxy.profile), indent=1))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.s3_network", description=__doc__.split("\n\n")[0])
+    p.add_argument("--upstream", required=True, help="the S3 server, http://host:port")
+    p.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one, printed)")
+    p.add_argument("--profile", choices=sorted(PROFILES), default="s3", help="the shaping to start from (default s3)")
+    p.add_argument("--profile-json", help="the whole shaping as JSON (NetworkProfile.to_json), instead of --profile")
+    p.add_argument("--latency", default="", help="overrides, e.g. default=25ms,CompleteMultipartUpload=80ms")
+    p.add_argument("--bandwidth", help="per-connection cap each way, e.g. 85MB/s, or none")
+    p.add_argument("--copy-rate", help="server-side copy rate added to copies' latency, e.g. 8MB/s, or none")
+    p.add_argument("--stats-file", help="write the counters here (JSON) when the proxy stops")
+    p.add_argument("--lifetime", type=float, default=6 * 3600, help="stop by itself after this many seconds")
+    p.add_argument("--parent-pid", type=int, default=0, help="stop by itself when this process is gone")
+    args = p.parse_args(argv)
+    base = NetworkProfile.from_json(json.loads(args.profile_json)) if args.profile_json else PROFILES[args.profile]
+    data = base.to_json()
+    for item in filter(None, (s.strip() for s in args.latency.split(","))):
+        op, _, value = item.partition("=")
+        if op == "default":
+            data["default"] = parse_seconds(value)
+        else:
+            data["latency"][op] = parse_seconds(value)
+    if args.bandwidth is not None:
+        data["bandwidth"] = parse_rate(args.bandwidth)
+    if args.copy_rate is not None:
+        data["copy_rate"] = parse_rate(args.copy_rate)
+    if args.latency or args.bandwidth is not None or args.copy_rate is not None:
+        data["name"] = f"{data['name']} (modified)"
+    asyncio.run(_serve(args, NetworkProfile.from_json(data)))
+    return 0
+
+
+class S3Network:
+    """The proxy as a child process: ``endpoint_url`` to point clients at, its counters and its CPU time.
+
+    ``S3Network(upstream, S3_LIKE)``; ``start()`` (or ``with``) waits until it listens; ``stop()`` ends it."""
+
+    def __init__(self, upstream: str, profile: NetworkProfile = S3_LIKE, *, stats_file: str | None = None):
+        self.upstream = upstream
+        self.profile = profile
+        self.stats_file = stats_file
+        self.proc: subprocess.Popen[str] | None = None
+        self.endpoint_url = ""
+
+    def start(self) -> "S3Network":
+        cmd = [sys.executable, "-m", "bench.s3_network", "--upstream", self.upstream,
+               "--profile-json", json.dumps(self.profile.to_json()), "--parent-pid", str(os.getpid())]
+        if self.stats_file:
+            cmd += ["--stats-file", self.stats_file]
+        self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+        assert self.proc.stdout is not None
+        line = [""]
+        reader = threading.Thread(target=lambda: line.__setitem__(0, self.proc.stdout.readline()), daemon=True)  # type: ignore[union-attr]
+        reader.start()
+        reader.join(30)
+        if not line[0].startswith("listening "):
+            self.stop()
+            raise RuntimeError(f"the S3 network proxy did not start (it said {line[0]!r})")
+        self.endpoint_url = line[0].split()[1]
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def __enter__(self) -> "S3Network":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system) the proxy process has used so far."""
+        try:
+            import psutil
+
+            t = psutil.Process(self.pid).cpu_times()
+            return float(t.user + t.system)
+        except Exception:  # noqa: BLE001 - only a measurement
+            return float("nan")
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.endpoint_url + CONTROL_PREFIX + path, data=data, method=method)
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return json.loads(r.read())
+
+    def stats(self) -> dict[str, Any]:
+        return self._call("GET", "stats")
+
+    def reset(self) -> dict[str, Any]:
+        """Zero the counters; returns them as they were."""
+        return self._call("POST", "reset")
+
+    def set_profile(self, profile: NetworkProfile) -> None:
+        self._call("PUT", "profile", profile.to_json())
+        self.profile = profile
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
