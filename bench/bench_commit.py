@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections import Counter
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -190,7 +191,8 @@ def run_one(endpoint: str, variant: str, files: int, repeat: int, *, files_per_t
 def run(endpoint: str, *, sizes: tuple[int, ...] = DEFAULT_SIZES, repeats: int = 5, variants: tuple[str, ...] = VARIANTS,
         files_per_task: int = DEFAULT_FILES_PER_TASK, file_size: int = DEFAULT_FILE_SIZE,
         threads: int = DEFAULT_THREADS, big: int = DEFAULT_BIG, big_repeats: int = DEFAULT_BIG_REPEATS,
-        server_pid: int | None = None) -> dict[str, Any]:
+        server_pid: int | None = None, caps: Sequence[tuple[str, int, int]] = ()) -> dict[str, Any]:
+    """``caps``: (variant, from this many files on, at most this many repeats; 0 = not run), on top of ``big``."""
     cleaner = make_client(endpoint)
     ensure_bucket(cleaner, BUCKET)
     runs: list[Run] = []
@@ -199,6 +201,8 @@ def run(endpoint: str, *, sizes: tuple[int, ...] = DEFAULT_SIZES, repeats: int =
     for files in sizes:
         for repeat, variant in interleaved(variants, repeats):
             if files in big_sizes and variant in SLOW_VARIANTS and repeat >= big_repeats:
+                continue
+            if any(v == variant and files >= n0 and repeat >= most for v, n0, most in caps):
                 continue
             r = run_one(endpoint, variant, files, repeat, files_per_task=files_per_task, file_size=file_size,
                         threads=threads, cleaner=cleaner, server_pid=server_pid)
@@ -212,6 +216,7 @@ def run(endpoint: str, *, sizes: tuple[int, ...] = DEFAULT_SIZES, repeats: int =
         "files_per_task": files_per_task, "file_size": file_size, "threads": threads,
         "big": {"sizes": big_sizes, "repeats": big_repeats,
                 "variants": [v for v in variants if v in SLOW_VARIANTS] if big_sizes else []},
+        "caps": [list(c) for c in caps],
         "seconds": round(time.perf_counter() - started, 1),
         "runs": [asdict(r) | {"commit_s": r.commit_s} for r in runs],
     }
@@ -328,15 +333,7 @@ def markdown(data: dict[str, Any], model: S3CostModel = S3CostModel(), *, plot: 
     out.append("")
     out.append("### Measured on the local server")
     out.append("")
-    rows = []
-    for r in s["rows"]:
-        rows.append([f"{r['files']:,}", LABELS.get(r["variant"], r["variant"]), r["n"],
-                     human_seconds(r["task_commit_s"]), human_seconds(r["job_commit_s"]), human_seconds(r["commit_s"]),
-                     _x(r["job_vs_bare"]), _x(r["commit_vs_bare"]), _x(r["commit_vs_mpcommit"]),
-                     _ms(r["client_cpu_ms_per_file"]), _ms(r["server_cpu_ms_per_file"])])
-    out.append(md_table(["files", "protocol", "runs", "task commits", "job commit", "commit total",
-                         "job commit ÷ floor", "commit total ÷ floor", "commit total ÷ mpcommit",
-                         "client CPU per file", "server CPU per file"], rows, align="rlrrrrrrrrr"))
+    out.append(_measured_table(s))
     out.append("")
     out.append("Times are medians; ratios are medians of per-repeat ratios. v2 does its copying in the task commits, "
                "so compare it on the commit total. The CPU columns are the CPU time of the committing process and of "
@@ -370,6 +367,29 @@ def markdown(data: dict[str, Any], model: S3CostModel = S3CostModel(), *, plot: 
     if plot:
         out.append(f"![Job commit vs number of files]({plot})")
         out.append("")
+    out += _phase_table(data)
+    return "\n".join(out)
+
+
+def _measured_table(s: dict[str, Any], *, projected: bool = False) -> str:
+    rows = []
+    for r in s["rows"]:
+        row = [f"{r['files']:,}", LABELS.get(r["variant"], r["variant"]), r["n"],
+               human_seconds(r["task_commit_s"]), human_seconds(r["job_commit_s"]), human_seconds(r["commit_s"]),
+               _x(r["job_vs_bare"]), _x(r["commit_vs_bare"]), _x(r["commit_vs_mpcommit"]),
+               _ms(r["client_cpu_ms_per_file"]), _ms(r["server_cpu_ms_per_file"])]
+        if projected:
+            row.append(human_seconds(r["projected_s"]))
+        rows.append(row)
+    headers = ["files", "protocol", "runs", "task commits", "job commit", "commit total", "job commit ÷ floor",
+               "commit total ÷ floor", "commit total ÷ mpcommit", "client CPU per file", "server CPU per file"]
+    if projected:
+        headers.append("commit total projected by the model")
+    return md_table(headers, rows, align="rl" + "r" * (len(headers) - 2))
+
+
+def _phase_table(data: dict[str, Any]) -> list[str]:
+    out: list[str] = []
     phases = ("validate", "complete", "replace", "abort_leftovers", "success", "cleanup", "total")
     prow = []
     for files in data["sizes"]:
@@ -382,6 +402,38 @@ def markdown(data: dict[str, Any], model: S3CostModel = S3CostModel(), *, plot: 
         out.append("")
         out.append(md_table(["files", *phases], prow, align="r" * (len(phases) + 1)))
         out.append("")
+    return out
+
+
+def describe_caps(data: dict[str, Any]) -> str:
+    caps = data.get("caps") or []
+    if not caps:
+        return ""
+    parts = [f"{LABELS.get(v, v)} from {n0:,} files on: " + ("not run" if most == 0 else f"{most} repeat{'s' if most > 1 else ''}")
+             for v, n0, most in caps]
+    return "; ".join(parts)
+
+
+def markdown_network(data: dict[str, Any], model: S3CostModel = S3CostModel()) -> str:
+    """The same scenario through the S3-like network: measured times beside the projection model's (the network's
+    latencies are the model's, so the two should agree where the protocol, not the local server, sets the pace)."""
+    s = summarise(data, model)
+    out = [f"The same runs through the S3-like network: {data['repeats']} repeats per protocol and size, interleaved"
+           + (f" (except {describe_caps(data)}: sequential or copy-bound protocols at S3 latency cost minutes per run "
+              "on two shared cores)" if data.get("caps") else "") + f"; {data['threads']} threads as above.", ""]
+    out.append(_measured_table(s, projected=True))
+    out.append("")
+    skipped = [(v, n0) for v, n0, most in data.get("caps") or [] if most == 0]
+    for v, n0 in skipped:
+        rows = [r for r in s["rows"] if r["variant"] == v]
+        if rows:
+            last = max(rows, key=lambda r: r["files"])
+            per_file = last["commit_s"] / last["files"]
+            out.append(f"{LABELS.get(v, v)} was not run from {n0:,} files on: at its commit time per file measured "
+                       f"with {last['files']:,} files, {n0:,} files would take {human_seconds(per_file * n0)} "
+                       f"(the model projects {human_seconds(last['projected_s'] / last['files'] * n0)}).")
+            out.append("")
+    out += _phase_table(data)
     return "\n".join(out)
 
 

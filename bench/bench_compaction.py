@@ -320,13 +320,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--scale", type=float, default=1.0, help="scale the large files (keep >= 1 for the 5 MiB rule)")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--endpoint", help="use this running S3 endpoint (e.g. the S3-like network's proxy) instead of "
+                                       "starting a server; --server then only names it")
+    ap.add_argument("--endpoint-description", default="", help="what --endpoint is, for the report")
     args = ap.parse_args(argv)
     if args.repeats < 5:
         ap.error("--repeats must be at least 5 (medians over fewer runs are noise)")
 
     info = machine()
-    log(f"starting the {args.server} server")
-    server = start_server(args.server)
+    if args.endpoint:
+        server = Server(args.endpoint, args.endpoint_description or f"{args.server} at {args.endpoint}", lambda: None)
+    else:
+        log(f"starting the {args.server} server")
+        server = start_server(args.server)
     try:
         client = make_client(server.endpoint)
         bucket = f"bench-compaction-{random.Random().getrandbits(40):010x}"

@@ -44,8 +44,14 @@ from .common import (
 
 BUCKET = "bench-writer"
 VARIANTS = ("mpcommit", "s3transfer", "mpcommit10")
+#: With ``s3transfer2`` too: every comparison at equal memory and equal connections (issue 12).
+EQUAL_VARIANTS = ("mpcommit", "s3transfer2", "mpcommit10", "s3transfer")
 LABELS = {"mpcommit": "mpcommit MultipartWriter", "s3transfer": "boto3 upload_fileobj (s3transfer)",
-          "mpcommit10": "mpcommit, 10 parts in flight (diagnostic)"}
+          "mpcommit10": "mpcommit, 10 parts in flight (diagnostic)",
+          "s3transfer2": "boto3 upload_fileobj, 2 threads, 3 chunks buffered (mpcommit's memory and connections)"}
+#: s3transfer at mpcommit's defaults: 2 uploads at a time, and at most 3 parts of a non-seekable stream in memory
+#: (one being read, two uploading), the writer's part_size x (max_parts_in_flight + 1).
+EQUAL_TRANSFER = {"max_concurrency": 2, "max_in_memory_upload_chunks": 3}
 #: The diagnostic variant: the same writer with s3transfer's concurrency (10 parts, 10 threads), to tell how
 #: much of a throughput gap is the writer's smaller number of parts in flight.
 DIAGNOSTIC_SETTINGS = {"max_parts_in_flight": 10, "upload_threads": 10}
@@ -144,7 +150,7 @@ def child(variant: str, endpoint: str, key: str, size: int, *, trace: bool = Fal
                                             [CompletedPart(p.number, p.etag, p.crc32) for p in pending.parts])
             t2 = time.perf_counter()
         result.update(seconds=t2 - t0, writer_seconds=t1 - t0, parts=len(pending.parts))
-    elif variant == "s3transfer":
+    elif variant in ("s3transfer", "s3transfer2"):
         import boto3
         from boto3.s3.transfer import TransferConfig
         from botocore.config import Config
@@ -153,6 +159,9 @@ def child(variant: str, endpoint: str, key: str, size: int, *, trace: bool = Fal
         client = session.client("s3", endpoint_url=endpoint, config=Config(s3={"addressing_style": "path"}))
         client.head_bucket(Bucket=BUCKET)
         config = TransferConfig()
+        if variant == "s3transfer2":  # boto3's TransferConfig takes only some of s3transfer's settings as arguments
+            for k, v in EQUAL_TRANSFER.items():
+                setattr(config, k, v)
         result["bound"] = config.multipart_chunksize * config.max_in_memory_upload_chunks
         base = _rss()
         max_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -238,6 +247,10 @@ def summarise(data: dict[str, Any]) -> dict[str, Any]:
         if by.get("mpcommit10"):
             out["diagnostic_spread"] = ratio_spread([size / r["seconds"] for r in by["mpcommit10"]],
                                                     [size / r["seconds"] for r in st])
+        if by.get("s3transfer2"):
+            out["equal_spread"] = ratio_spread([size / r["seconds"] for r in mp],
+                                               [size / r["seconds"] for r in by["s3transfer2"]])
+            out["equal_memory_ratio"] = paired_ratio([r["peak"] for r in mp], [r["peak"] for r in by["s3transfer2"]])
         out["targets"]["throughput_vs_s3transfer"] = {"ratio": ratio, "target": 0.9, "met": ratio >= 0.9,
                                                       "spread": out["throughput_spread"]}
         bound = rows["mpcommit"]["bound"]
@@ -268,12 +281,16 @@ def markdown(data: dict[str, Any]) -> str:
         if "diagnostic_spread" in s:
             text += (f" With 10 parts in flight (diagnostic) the writer's throughput is "
                      f"{describe_ratio(s['diagnostic_spread'], 'throughputs')} of s3transfer's.")
+        if "equal_spread" in s:
+            text += (f"\n\nAt equal memory and equal connections (s3transfer with 2 threads and 3 chunks buffered): "
+                     f"throughput mpcommit ÷ s3transfer **{describe_ratio(s['equal_spread'], 'throughputs')}**, "
+                     f"peak memory {s['equal_memory_ratio']:.2f}x.")
     return text
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--child", required=True, choices=VARIANTS)
+    p.add_argument("--child", required=True, choices=tuple(LABELS))
     p.add_argument("--endpoint", required=True)
     p.add_argument("--key", required=True)
     p.add_argument("--size", type=int, required=True)

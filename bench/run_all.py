@@ -4,10 +4,14 @@
     python -m bench.run_all --quick                 # small sizes, 5 repeats: a few minutes
     python -m bench.run_all --scenarios commit --commit-sizes 100,1000 --repeats 5
     python -m bench.run_all --backend moto          # moto's server instead of LocalStack
+    python -m bench.run_all --networks raw          # only on the bare loopback server (no S3-like network)
     python -m bench.run_all --render-only           # rewrite BENCHMARKS.md from bench/results/*.json
 
-The harness starts its own S3 server on a free loopback port and stops it at the end. Raw results of every
-run go to ``bench/results/<scenario>.json``; BENCHMARKS.md is rendered from them.
+The harness starts its own S3 server on a free loopback port and stops it at the end. With ``--networks raw,s3``
+(the default) every scenario runs twice, back to back: straight to that server ("raw") and through the S3-like
+network (``bench/s3_network.py``: per-operation latency and a per-connection bandwidth cap, in a proxy process of
+its own). Raw results of every run go to ``bench/results/<scenario>.json`` (``<scenario>.s3.json`` through the
+network); BENCHMARKS.md is rendered from them.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import bench_commit, bench_writer
+from . import bench_commit, bench_network, bench_writer, report_network
+from .s3_network import S3_LIKE, S3Network
 from .common import (
     REPO_ROOT,
     RESULTS_DIR,
@@ -42,7 +47,15 @@ from .common import (
 
 OUTPUT = REPO_ROOT / "BENCHMARKS.md"
 PLOT = RESULTS_DIR / "commit_scaling.png"
-ALL_SCENARIOS = ("commit", "writer", "e2e", "partitions", "compaction")  # the order they run in
+ALL_SCENARIOS = ("network", "commit", "writer", "e2e", "partitions", "compaction")  # the order they run in
+NETWORKS = ("raw", "s3")
+#: Through the S3-like network, protocols whose commit is sequential or copy-bound cost minutes per run: s3fs
+#: completes one file at a time (80 ms each), so it runs once at 1,000 files and not at 10,000.
+S3_COMMIT_CAPS = (("s3fs", 1_000, 1), ("s3fs", 10_000, 0))
+
+
+def result_name(scenario: str, network: str) -> str:
+    return scenario if network == "raw" else f"{scenario}.{network}"
 OPTIONAL_MODULES = {"partitions": "bench.bench_partitions", "e2e": "bench.bench_end_to_end",
                     "compaction": "bench.bench_compaction"}
 
@@ -76,50 +89,97 @@ def run_scenarios(args: argparse.Namespace) -> dict[str, Any]:
     with start_server(args.backend) as server:
         log(f"server: {server.version} at {server.endpoint_url}")
         meta = {"machine": machine_description(server), "git": _git_state(), "backend": args.backend,
-                "argv": sys.argv[1:], "started": time.time()}
-        ep = server.endpoint_url
-        for name in args.scenarios:
-            t0 = time.perf_counter()
-            started_at = time.time()
-            log(f"== scenario {name}")
-            if name == "commit":
-                data = bench_commit.run(ep, sizes=args.commit_sizes, repeats=args.repeats,
-                                        files_per_task=args.files_per_task, threads=args.commit_threads,
-                                        big=args.big, big_repeats=args.big_repeats, server_pid=server.pid)
-            elif name == "writer":
-                data = bench_writer.run(ep, size=args.writer_size, repeats=args.repeats)
-            else:
-                mod = _optional(name)
-                if mod is None:
-                    continue
-                if not callable(getattr(mod, "run", None)):
-                    data = _call_main(name, mod, args)
-                    data["wall_seconds"] = round(time.perf_counter() - t0, 1)
+                "argv": sys.argv[1:], "started": time.time(), "networks": list(args.networks),
+                "profile": S3_LIKE.to_json()}
+        net = S3Network(server.endpoint_url, S3_LIKE).start() if "s3" in args.networks else None
+        try:
+            for name in args.scenarios:
+                for network in (("raw",) if name == "network" else args.networks):
+                    ep = server.endpoint_url if network == "raw" else net.endpoint_url  # type: ignore[union-attr]
+                    data = _run_one(name, network, ep, server, net if network == "s3" else None, args)
+                    if data is None:
+                        continue
                     data["meta"] = meta
-                    save_json(name, data)
-                    results[name] = data
-                    continue
-                kwargs = {"repeats": args.repeats}
-                if name == "partitions":
-                    kwargs.update(partitions=args.partitions, data_size=args.partition_data, big=args.partitions_big,
-                                  big_repeats=args.big_repeats)
-                if name == "e2e":
-                    kwargs["size"] = args.e2e_size
-                data = _call_run(mod, ep, kwargs)
-            data["wall_seconds"] = round(time.perf_counter() - t0, 1)
-            data["started_at"] = started_at
-            data["meta"] = meta
-            save_json(name, data)
-            results[name] = data
-            log(f"== scenario {name} done in {human_seconds(data['wall_seconds'])}")
+                    save_json(result_name(name, network), data)
+                    results[result_name(name, network)] = data
+                if name == "commit" and net is not None and args.threads_sweep:
+                    data = _threads_sweep(net, args)
+                    data["meta"] = meta
+                    save_json("commit_threads.s3", data)
+                    results["commit_threads.s3"] = data
+        finally:
+            if net is not None:
+                net.stop()
         meta["finished"] = time.time()
         meta["machine"]["load_end"] = "load average at end %.2f / %.2f / %.2f" % os.getloadavg()
-        for name, data in results.items():  # every scenario's saved copy gets the end of the run too
-            save_json(name, data)
+        for key, data in results.items():  # every scenario's saved copy gets the end of the run too
+            save_json(key, data)
     return results
 
 
-def _call_main(name: str, mod: Any, args: argparse.Namespace) -> dict[str, Any]:
+def _run_one(name: str, network: str, ep: str, server: Any, net: S3Network | None,
+             args: argparse.Namespace) -> dict[str, Any] | None:
+    t0 = time.perf_counter()
+    started_at = time.time()
+    log(f"== scenario {name} ({network})")
+    if net is not None:
+        net.reset()
+        cpu0 = net.cpu_seconds()
+    if name == "network":
+        data = bench_network.run(ep, repeats=args.repeats, size=args.writer_size, server_pid=server.pid)
+    elif name == "commit":
+        data = bench_commit.run(ep, sizes=args.commit_sizes, repeats=args.repeats,
+                                files_per_task=args.files_per_task, threads=args.commit_threads,
+                                big=args.big, big_repeats=args.big_repeats, server_pid=server.pid,
+                                caps=S3_COMMIT_CAPS if network == "s3" else ())
+    elif name == "writer":
+        data = bench_writer.run(ep, size=args.writer_size, repeats=args.repeats, variants=bench_writer.EQUAL_VARIANTS)
+    else:
+        mod = _optional(name)
+        if mod is None:
+            return None
+        if not callable(getattr(mod, "run", None)):
+            extra = ["--endpoint", ep, "--endpoint-description",
+                     f"{server.version}, through the S3-like network ({S3_LIKE.describe()})"] if net is not None else []
+            data = _call_main(name, mod, args, extra)
+        else:
+            kwargs: dict[str, Any] = {"repeats": args.repeats}
+            if name == "partitions":
+                kwargs.update(partitions=args.partitions, data_size=args.partition_data, big=args.partitions_big,
+                              big_repeats=args.big_repeats)
+            if name == "e2e":
+                kwargs["size"] = args.e2e_size
+            data = _call_run(mod, ep, kwargs)
+    data["wall_seconds"] = round(time.perf_counter() - t0, 1)
+    data["started_at"] = started_at
+    data["network"] = {"name": network}
+    if net is not None:
+        data["network"].update(profile=net.profile.to_json(), description=net.profile.describe(),
+                               proxy_cpu_s=round(net.cpu_seconds() - cpu0, 2), proxy_stats=net.stats())
+    log(f"== scenario {name} ({network}) done in {human_seconds(data['wall_seconds'])}")
+    return data
+
+
+def _threads_sweep(net: S3Network, args: argparse.Namespace) -> dict[str, Any]:
+    """mpcommit's job commit and the bare loop at several commit thread counts, through the S3-like network."""
+    t0 = time.perf_counter()
+    started_at = time.time()
+    out: dict[str, Any] = {"scenario": "commit_threads", "files": args.threads_sweep_files, "by_threads": {},
+                           "started_at": started_at}
+    for threads in args.threads_sweep:
+        log(f"== commit threads sweep: {threads} threads")
+        net.reset()
+        data = bench_commit.run(net.endpoint_url, sizes=(args.threads_sweep_files,), repeats=args.threads_sweep_repeats,
+                                variants=("mpcommit", "bare"), files_per_task=args.files_per_task, threads=threads)
+        stats = net.stats()["ops"].get("CompleteMultipartUpload", {})
+        data["completes"] = {"requests": stats.get("requests", 0), "late": stats.get("late", 0)}
+        out["by_threads"][str(threads)] = data
+    out["wall_seconds"] = round(time.perf_counter() - t0, 1)
+    out["network"] = {"name": "s3", "profile": net.profile.to_json(), "description": net.profile.describe()}
+    return out
+
+
+def _call_main(name: str, mod: Any, args: argparse.Namespace, extra: list[str] | None = None) -> dict[str, Any]:
     """A scenario written as its own program (``main(argv)``, its own server, a Markdown report): run it with
     this run's backend and repeats, and keep its report."""
     import tempfile
@@ -127,7 +187,7 @@ def _call_main(name: str, mod: Any, args: argparse.Namespace) -> dict[str, Any]:
     # Its report goes to a scratch file (its default path is a file of its own in git), then into BENCHMARKS.md.
     out = Path(tempfile.mkdtemp(prefix=f"bench-{name}-")) / f"{name}.md"
     argv = ["--server", "localstack" if args.backend == "localstack" else "embedded",
-            "--repeats", str(max(5, args.repeats)), "--out", str(out)]
+            "--repeats", str(max(5, args.repeats)), *(extra or []), "--out", str(out)]
     saved = sys.argv
     sys.argv = [f"{OPTIONAL_MODULES[name]}", *argv]  # its report quotes its own command line
     try:
@@ -151,10 +211,11 @@ def _call_run(mod: Any, endpoint: str, kwargs: dict[str, Any]) -> dict[str, Any]
 
 def load_results(names: tuple[str, ...]) -> dict[str, Any]:
     out = {}
-    for name in names:
-        path = RESULTS_DIR / f"{name}.json"
+    keys = [result_name(n, net) for n in names for net in NETWORKS] + ["commit_threads.s3"]
+    for key in keys:
+        path = RESULTS_DIR / f"{key}.json"
         if path.exists():
-            out[name] = json.loads(path.read_text())
+            out[key] = json.loads(path.read_text())
     return out
 
 
@@ -244,24 +305,35 @@ def render(results: dict[str, Any], model: S3CostModel = S3CostModel()) -> str:
         rows.append(["duration", human_seconds(meta["finished"] - meta["started"])])
     if meta.get("argv") is not None:
         rows.append(["command", "`python -m bench.run_all " + " ".join(meta["argv"]) + "`"])
+    if meta.get("networks"):
+        rows.append(["networks", ", ".join({"raw": "raw (straight to the loopback server)",
+                                            "s3": f"S3-like ({S3_LIKE.describe()}; section 0)"}[n] for n in meta["networks"])])
     out.append(md_table(["", ""], rows, align="ll"))
     out.append("")
 
     out.append("## Targets")
     out.append("")
     out += _targets(results)
+    out += report_network.s3_targets(results)
     out.append("")
+    if any(k.endswith(".s3") for k in results):
+        out += report_network.headline_table(results)
+    if "network" in results or any(k.endswith(".s3") for k in results):
+        out += report_network.network_section(results)
 
     if "commit" in results:
         out += _commit_section(results["commit"], model)
+        out += report_network.s3_subsection("commit", results, model)
     if "writer" in results:
         out += _writer_section(results["writer"])
+        out += report_network.s3_subsection("writer", results, model)
     for name, title in (("partitions", "3. Dynamic partitions in one task"), ("e2e", "4. End to end: a PySpark job"),
                         ("compaction", "5. Compaction")):
         if name in results:
             out += _optional_section(name, title, results[name])
         else:
             out += [f"## {title}", "", "Not measured in this run (the scenario's module is not there yet, or it was not selected).", ""]
+        out += report_network.s3_subsection(name, results, model)
     return "\n".join(out) + "\n"
 
 
@@ -446,10 +518,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--partitions-big", type=int, default=1000,
                    help="from this many partitions on, scenario 3 runs --big-repeats times (default 1000); 0 disables")
     p.add_argument("--e2e-size", default=None, help="approximate data size of scenario 4 (default 1GiB)")
+    p.add_argument("--networks", default=",".join(NETWORKS),
+                   help="raw (straight to the server), s3 (through the S3-like network), or both (default raw,s3)")
+    p.add_argument("--threads-sweep", default="8,32,64",
+                   help="through the S3-like network, also commit at these thread counts (mpcommit and the bare loop); "
+                        "empty to skip")
+    p.add_argument("--threads-sweep-files", type=int, default=1000)
+    p.add_argument("--threads-sweep-repeats", type=int, default=3)
     p.add_argument("--render-only", action="store_true", help="no run: rewrite BENCHMARKS.md and the plot from bench/results")
     p.add_argument("--output", default=str(OUTPUT), help="where to write the report (default BENCHMARKS.md)")
     a = p.parse_args(argv)
     a.scenarios = tuple(s.strip() for s in a.scenarios.split(",") if s.strip())
+    a.networks = tuple(n.strip() for n in a.networks.split(",") if n.strip())
+    if set(a.networks) - set(NETWORKS) or not a.networks:
+        p.error(f"--networks: choose among {', '.join(NETWORKS)}")
+    a.threads_sweep = tuple(int(x) for x in a.threads_sweep.split(",") if x.strip())
     unknown = set(a.scenarios) - set(ALL_SCENARIOS)
     if unknown:
         p.error(f"unknown scenarios: {', '.join(sorted(unknown))}")

@@ -455,6 +455,13 @@ async def _serve(args: argparse.Namespace, profile: NetworkProfile) -> None:
     print(f"listening http://127.0.0.1:{port}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    def quiet(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        # Connections still open at shutdown are cancelled: nothing to report about them.
+        if not isinstance(context.get("exception"), asyncio.CancelledError):
+            loop.default_exception_handler(context)
+
+    loop.set_exception_handler(quiet)
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     deadline = time.monotonic() + args.lifetime
