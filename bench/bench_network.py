@@ -160,7 +160,9 @@ def markdown(data: dict[str, Any]) -> str:
     out = ["Calibration: single requests one after another on one connection through the proxy with the S3-like "
            "profile (median of 9; the two large transfers: median of 3). *Configured* is the latency set for the "
            "operation plus, for bodies, size / bandwidth; what the client sees on top is the local server's and "
-           "the client's own time.", ""]
+           "the client's own time (for the large PUT, most likely the client hashing the body for its SigV4 "
+           "signature, which botocore signs over plain HTTP, and the server hashing and storing it; not measured "
+           "apart).", ""]
     rows = [[r["case"], human_seconds(r["configured"]), human_seconds(r["seen"]),
              f"{(r['seen'] - r['configured']) * 1000:+.1f} ms"] for r in data["calibration"]]
     out.append(md_table(["request", "configured", "seen by the client", "difference"], rows, align="lrrr"))

@@ -280,8 +280,10 @@ def _disagree(spread: dict[str, float] | None, target: float, *, at_most: bool) 
             "the margin is within this run's noise, so the verdict is not a firm one")
 
 
-def render(results: dict[str, Any], model: S3CostModel = S3CostModel()) -> str:
-    meta = next((d.get("meta") for d in results.values() if d.get("meta")), {}) or {}
+def render(results: dict[str, Any], model: S3CostModel = S3CostModel(), note: str = "") -> str:
+    # The run of the first scenario that has one (the network scenario may come from a run of its own).
+    first = next((results[k] for k in ALL_SCENARIOS if k != "network" and results.get(k, {}).get("meta")), None)
+    meta = (first or {}).get("meta") or next((d.get("meta") for d in results.values() if d.get("meta")), {}) or {}
     machine = meta.get("machine", {})
     out: list[str] = ["# Benchmarks", ""]
     out.append("mpcommit against the alternatives it replaces, measured side by side in one run against one S3 server. "
@@ -310,6 +312,8 @@ def render(results: dict[str, Any], model: S3CostModel = S3CostModel()) -> str:
                                             "s3": f"S3-like ({S3_LIKE.describe()}; section 0)"}[n] for n in meta["networks"])])
     out.append(md_table(["", ""], rows, align="ll"))
     out.append("")
+    if note:
+        out += [f"Note on this run: {note}", ""]
 
     out.append("## Targets")
     out.append("")
@@ -527,6 +531,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads-sweep-repeats", type=int, default=3)
     p.add_argument("--render-only", action="store_true", help="no run: rewrite BENCHMARKS.md and the plot from bench/results")
     p.add_argument("--output", default=str(OUTPUT), help="where to write the report (default BENCHMARKS.md)")
+    p.add_argument("--note", default="", help="a sentence about the run, printed under 'Machine and run'")
     a = p.parse_args(argv)
     a.scenarios = tuple(s.strip() for s in a.scenarios.split(",") if s.strip())
     a.networks = tuple(n.strip() for n in a.networks.split(",") if n.strip())
@@ -565,7 +570,7 @@ def main(argv: list[str] | None = None) -> int:
         path = plot(results["commit"], model)
         if path:
             log(f"plot: {path}")
-    Path(args.output).write_text(render(results, model))
+    Path(args.output).write_text(render(results, model, args.note))
     log(f"wrote {args.output} in {human_seconds(time.perf_counter() - t0)}")
     return 0
 

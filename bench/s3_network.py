@@ -54,7 +54,7 @@ if str(REPO_ROOT) not in sys.path:  # run as a script or as a subprocess from el
 
 from tests.support.fault_proxy import classify  # noqa: E402 - the one S3 operation classifier of the project
 
-__all__ = ["NONE", "S3_LIKE", "NetworkProfile", "S3Network", "parse_rate", "parse_seconds"]
+__all__ = ["NONE", "S3_LIKE", "NetworkProfile", "S3Network", "parse_rate", "parse_seconds", "per_file"]
 
 CONTROL_PREFIX = "/__proxy/"
 CHUNK = 256 * 1024
@@ -181,6 +181,12 @@ class Counters:
                 "connections": self.connections, "max_open_connections": self.max_connections,
                 "max_in_flight": self.max_in_flight, "proxy_errors": self.proxy_errors,
                 "ops": {k: dict(v) for k, v in sorted(self.ops.items())}, "totals": totals}
+
+
+def per_file(stats: Mapping[str, Any], files: int) -> dict[str, float]:
+    """Requests per output file by operation, from a ``stats()`` (or ``reset()``) snapshot taken around a job
+    that wrote ``files`` files: the unit in which committers' request costs are compared."""
+    return {op: v["requests"] / files for op, v in stats["ops"].items()} if files else {}
 
 
 # ---------------------------------------------------------------- the proxy

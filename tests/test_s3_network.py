@@ -12,7 +12,7 @@ import boto3
 import pytest
 from botocore.config import Config
 
-from bench.s3_network import NONE, S3_LIKE, NetworkProfile, S3Network, parse_rate, parse_seconds
+from bench.s3_network import NONE, S3_LIKE, NetworkProfile, S3Network, parse_rate, parse_seconds, per_file
 from tests.conftest import Backend, raw_s3_client
 
 KiB = 1024
@@ -82,6 +82,7 @@ def test_counts_requests_bytes_and_server_side_copies(net: S3Network, _moto_back
     assert ops["HeadObject"]["errors"] == 1
     assert stats["totals"]["copied_bytes"] == 2000
     assert all(v["latency_seconds"] == 0 for v in ops.values())  # NONE: nothing held
+    assert per_file(stats, 2)["PutObject"] == 1.0 and per_file(stats, 2)["HeadObject"] == 1.0
 
     before = net.reset()
     assert before["totals"]["requests"] == 11
