@@ -70,6 +70,15 @@ class Options:
             raise UsageError(f"{self._what} option {got[0]!r} must be a string, got {got[1]!r}")
         return got[1]
 
+    def optional_text(self, *names: str) -> str | None:
+        """Like :meth:`text`, but None when the option is absent (so that an explicit "" can be told apart)."""
+        got = self._take(*names)
+        if got is None or got[1] is None:
+            return None
+        if not isinstance(got[1], str):
+            raise UsageError(f"{self._what} option {got[0]!r} must be a string, got {got[1]!r}")
+        return got[1]
+
     def flag(self, *names: str, default: bool) -> bool:
         got = self._take(*names)
         if got is None or got[1] is None:

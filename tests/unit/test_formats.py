@@ -96,7 +96,16 @@ def test_extension(name: str, options: dict | None, ext: str) -> None:
     ("csv", {"compression": "snappy"}, "does not support compression 'snappy'"),
     ("csv", {"headr": "true"}, "does not know option(s) 'headr'"),
     ("csv", {"header": "maybe"}, "must be true or false"),
-    ("csv", {"sep": ";;"}, "must be one character"),
+    ("csv", {"sep": ""}, "must be one or more characters"),
+    ("csv", {"quote": ""}, "must be one character"),
+    ("csv", {"escape": "ab"}, "must be one character"),
+    ("csv", {"lineSep": "abc"}, "one or two characters"),
+    ("csv", {"encoding": "UTF-16"}, "'UTF-16' is not supported: mpcommit writes CSV in UTF-8 only"),
+    ("csv", {"charset": "ISO-8859-1"}, "UTF-8 only"),
+    ("csv", {"timestampFormat": "yyyy-MM-dd zzz"}, "pattern letter 'z'"),
+    ("csv", {"dateFormat": "yyyy-MM-dd HH"}, "a time of day"),
+    ("csv", {"timestampNTZFormat": "yyyy-MM-dd XXX"}, "a time zone offset"),
+    ("csv", {"timeZone": "Mars/Olympus"}, "not in pyarrow's time zone database"),
     ("csv", {"sep": ";", "delimiter": ","}, "mean the same"),
     ("csv", {"header": "true", "HEADER": "false"}, "given twice"),
     ("parquet", {"parquet.block.size": "-1"}, "must be an integer >= 1"),
@@ -179,7 +188,8 @@ def test_csv_round_trip_with_header(compression: str, decompress) -> None:  # no
     data, rows = write_file(make_format("csv", {"header": "true", "compression": compression}), [batch, batch])
     plain = decompress(data)
     assert rows == 8
-    assert plain.startswith(b'id,name,uni,ts,day,amount,ok\n')
+    assert plain.startswith(b'id,name,uni,ts,day,amount,ok\n'), "Spark quotes header names only when they need it"
+    assert b'"comma, \\"quoted\\"\nnewline"' in plain and b"2024-06-14T00:00:00.123Z" in plain
     table = pcsv.read_csv(io.BytesIO(plain), parse_options=SPARK_CSV, convert_options=csv_types(batch))
     assert table.to_pylist() == batch.to_pylist() * 2
 
@@ -203,22 +213,25 @@ def test_csv_quotes_and_backslashes_are_escaped_as_sparks_reader_expects() -> No
     data, _ = write_file(make_format("csv"), [batch])
     # Quoted only where needed; inside quotes \" and \\ (Spark's escape default), never RFC 4180's "". Unquoted
     # fields are taken as they are (a backslash there escapes nothing). tests/interop reads these back with Spark.
+    # Whitespace at either end is kept and quoted (Spark trims it unless told not to; see csv_encoding).
     assert data.decode() == ('"say \\"hi\\""\nback\\slash\n"both \\\\\\""\n"a,b\\\\"\n"line\nbreak"\n"cr\rx"\n""\n\n'
-                             ' pad \n')
+                             '" pad "\n')
 
 
 def test_csv_floats_are_spelled_as_spark_reads_them() -> None:
     batch = pa.record_batch({"x": pa.array([2.0, -0.0, 0.5, 1e20, float("nan"), float("inf"), float("-inf"), None]),
                              "f": pa.array([3.0, 1.5, None, None, None, None, None, None], pa.float32())})
     data, _ = write_file(make_format("csv"), [batch])
-    # Whole numbers keep ".0" (else Spark's inferSchema makes an integer column); nan/inf as Java spells them.
-    assert data.decode().splitlines() == ["2.0,3.0", "-0.0,1.5", "0.5,", "1e+20,", "NaN,", "Infinity,", "-Infinity,", ","]
+    # Whole numbers keep ".0" (else Spark's inferSchema makes an integer column); nan/inf and exponents as Java
+    # spells them (Double.toString, as Spark's writer does).
+    assert data.decode().splitlines() == ["2.0,3.0", "-0.0,1.5", "0.5,", "1.0E20,", "NaN,", "Infinity,", "-Infinity,", ","]
 
 
-def test_csv_quote_all_quotes_every_value_but_nulls() -> None:
+def test_csv_quote_all_quotes_every_value_and_the_null_value() -> None:
     data, _ = write_file(make_format("csv", {"quoteAll": "true", "header": "true"}),
                          [pa.record_batch({"a": [1, None], "b": ['x"', "y"]})])
-    assert data == b'"a","b"\n"1","x\\""\n,"y"\n'
+    # As Spark 4.3 writes it: quoteAll quotes nullValue too (an empty one as ""), which its reader takes for null.
+    assert data == b'"a","b"\n"1","x\\""\n"","y"\n'
 
 
 def test_csv_zstd_stream_is_a_complete_zstd_frame() -> None:
