@@ -47,8 +47,14 @@ class RetriesExhaustedError(StoreError):
     """A transient failure persisted through every retry the policy allows."""
 
 
-class EndpointUnreachableError(TransientStoreError):
-    """The endpoint did not answer (connection refused, DNS failure, timeout)."""
+class EndpointUnreachableError(StoreError):
+    """The endpoint could not be reached: nothing listens there (connection refused) or its host name does not
+    resolve. Not retried when the endpoint never answered this process (a wrong URL, a server not running)."""
+
+
+class TransientEndpointError(EndpointUnreachableError, TransientStoreError):
+    """Connecting timed out, or an endpoint that answered before refused a connection (a server restarting):
+    retried."""
 
 
 class InconsistentListingError(StoreError):

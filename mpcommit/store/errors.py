@@ -5,6 +5,8 @@ The original exception is always chained as ``__cause__``; the message names the
 
 from __future__ import annotations
 
+import socket
+
 from botocore.exceptions import (
     BotoCoreError,
     ClientError,
@@ -63,8 +65,13 @@ _CODES: dict[str, tuple[type[e.StoreError], str]] = {
 }
 
 
-def translate(exc: BaseException, *, operation: str, bucket: str = "", key: str = "", endpoint: str = "") -> e.StoreError:
-    """Map a botocore/urllib3 exception to a StoreError subclass (the caller chains it with ``from exc``)."""
+def translate(exc: BaseException, *, operation: str, bucket: str = "", key: str = "", endpoint: str = "",
+              reached: bool = True) -> e.StoreError:
+    """Map a botocore/urllib3 exception to a StoreError subclass (the caller chains it with ``from exc``).
+
+    ``reached``: whether this endpoint has answered before. A connection refused, or a host name that does not
+    resolve, on an endpoint that never answered is a configuration mistake, reported at once (not retried).
+    """
     where = f"s3://{bucket}/{key}" if key else (f"s3://{bucket}" if bucket else "")
     subject = f"{operation} {where}".strip()
     if isinstance(exc, ClientError):
@@ -79,9 +86,16 @@ def translate(exc: BaseException, *, operation: str, bucket: str = "", key: str 
         detail = f" ({message})" if message and message not in advice else ""
         return cls(f"{subject} failed: {code or status}: {advice}{detail}", operation=operation, code=code or str(status), bucket=bucket, key=key)
     if isinstance(exc, (EndpointConnectionError, ConnectTimeoutError)):
-        return e.EndpointUnreachableError(
-            f"{subject} failed: could not reach the endpoint {endpoint or '(default)'}: check --endpoint-url / "
-            "AWS_ENDPOINT_URL and the network",
+        why = _unreachable_reason(exc)
+        where_to = endpoint or "(default)"
+        if why is not None and not reached:
+            return e.EndpointUnreachableError(
+                f"{subject} failed: could not reach the endpoint {where_to}: {why}. Check --endpoint-url / "
+                "AWS_ENDPOINT_URL (e.g. http://127.0.0.1:4566) and that the server is running",
+                operation=operation, code="EndpointUnreachable", bucket=bucket, key=key,
+            )
+        return e.TransientEndpointError(
+            f"{subject} failed: could not reach the endpoint {where_to}: {why or 'connecting failed or timed out'}",
             operation=operation, code="EndpointUnreachable", bucket=bucket, key=key,
         )
     if isinstance(exc, (ReadTimeoutError, ConnectionClosedError, ResponseStreamingError, IncompleteReadError, Urllib3ProtocolError, ConnectionError)):
@@ -98,3 +112,22 @@ def translate(exc: BaseException, *, operation: str, bucket: str = "", key: str 
     if isinstance(exc, BotoCoreError):
         return e.StoreError(f"{subject} failed: {exc}", operation=operation, code=type(exc).__name__, bucket=bucket, key=key)
     return e.StoreError(f"{subject} failed: {type(exc).__name__}: {exc}", operation=operation, bucket=bucket, key=key)
+
+
+def _unreachable_reason(exc: BaseException) -> str | None:
+    """"connection refused" or "its host name does not resolve" when that is why ``exc`` could not connect
+    (botocore keeps urllib3's error in ``kwargs['error']``, and that one the socket error); else None."""
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, ConnectionRefusedError):
+            return "connection refused (nothing listens there)"
+        if isinstance(current, socket.gaierror):
+            return "its host name does not resolve"
+        kwargs = getattr(current, "kwargs", None)
+        pending.extend([current.__cause__, current.__context__, kwargs.get("error") if isinstance(kwargs, dict) else None])
+    return None

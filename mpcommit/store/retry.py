@@ -12,7 +12,7 @@ from typing import TypeVar
 from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
 from tenacity.wait import wait_random_exponential
 
-from ..errors import RetriesExhaustedError, TransientStoreError
+from ..errors import EndpointUnreachableError, RetriesExhaustedError, ThrottledError, TransientStoreError
 from ..options import RetryPolicy
 
 T = TypeVar("T")
@@ -32,12 +32,23 @@ def call_with_retry(fn: Callable[[], T], *, policy: RetryPolicy, describe: str) 
         last = exc.last_attempt.exception()
         attempts = exc.last_attempt.attempt_number
         assert isinstance(last, TransientStoreError)
+        reason = str(last)
+        if reason.startswith(f"{describe} failed: "):
+            reason = reason[len(f"{describe} failed: "):]
         raise RetriesExhaustedError(
             # No claim about visibility here: the caller knows whether this happened before or after a commit.
-            f"{describe} still failed after {attempts} attempts: {last}. The store is throttling or unavailable; "
-            "retry later, or raise S3Options.retry.max_attempts.",
+            f"{describe} still failed after {attempts} attempts: {reason}. {_advice(last)}",
             operation=last.operation,
             code=last.code,
             bucket=last.bucket,
             key=last.key,
         ) from last
+
+
+def _advice(last: TransientStoreError) -> str:
+    """What to do about a failure that outlasted the retries, by its kind."""
+    if isinstance(last, ThrottledError):
+        return "S3 kept asking to slow down: retry later, or raise S3Options.retry.max_attempts."
+    if isinstance(last, EndpointUnreachableError):
+        return "Check --endpoint-url / AWS_ENDPOINT_URL, that the server is running, and the network."
+    return "The store is unavailable or the network unreliable: retry later, or raise S3Options.retry.max_attempts."

@@ -19,7 +19,7 @@ from typing import Any
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError
+from botocore.exceptions import BotoCoreError, ClientError
 from botocore.handlers import set_list_objects_encoding_type_url
 
 from ..errors import (
@@ -108,6 +108,8 @@ class S3Store:
         self._unencoded_client: Any | None = unencoded_listing_client
         self._unencoded_lock = threading.Lock()
         self._warned_listing = False
+        #: Whether the endpoint ever answered (a wrong endpoint fails at once; a known one is retried).
+        self._reached = False
 
     @property
     def endpoint(self) -> str:
@@ -139,9 +141,14 @@ class S3Store:
             with self._count_lock:
                 self._counts[operation] += 1
             try:
-                return method(**params)
+                response = method(**params)
             except Exception as exc:  # noqa: BLE001 - translated and chained below
-                raise translate(exc, operation=operation, bucket=bucket, key=key, endpoint=self.endpoint) from exc
+                if isinstance(exc, ClientError):
+                    self._reached = True  # the server answered, if only with an error
+                raise translate(exc, operation=operation, bucket=bucket, key=key, endpoint=self.endpoint,
+                                reached=self._reached) from exc
+            self._reached = True
+            return response
 
         where = f"s3://{bucket}/{key}" if key else f"s3://{bucket}"
         return call_with_retry(attempt, policy=opts.retry, describe=f"{operation} {where}")

@@ -297,14 +297,27 @@ def test_a_missing_bucket_is_a_clear_error_before_anything_is_written(backend):
         Job.create("s3://mpc-no-such-bucket-xyz/t", s3=backend.options)
 
 
-def test_an_unreachable_endpoint_says_so_after_bounded_retries():
-    from mpcommit.errors import RetriesExhaustedError
-    from mpcommit.options import RetryPolicy, S3Options
+def test_an_endpoint_nothing_listens_on_fails_at_once_and_says_so():
+    import socket
 
-    options = S3Options(endpoint_url="http://127.0.0.1:9", region="us-east-1", access_key_id="a",
-                        secret_access_key="b", retry=RetryPolicy(max_attempts=2, initial_delay=0.01, max_delay=0.02))
-    with pytest.raises(RetriesExhaustedError, match="could not reach the endpoint http://127.0.0.1:9"):
-        Job.create("s3://bkt/t", s3=options)
+    from mpcommit.errors import EndpointUnreachableError, TransientStoreError
+    from mpcommit.options import RetryPolicy, S3Options
+    from mpcommit.store.s3 import S3Store
+
+    with socket.socket() as probe:  # a port nothing listens on: bound, then released
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    options = S3Options(endpoint_url=f"http://127.0.0.1:{port}", region="us-east-1", access_key_id="a",
+                        secret_access_key="b", retry=RetryPolicy(max_attempts=5, initial_delay=0.5, max_delay=1))
+    store = S3Store(options)
+    with pytest.raises(EndpointUnreachableError) as info:
+        Job.create("s3://bkt/t", s3=options, store=store)
+    message = str(info.value)
+    assert not isinstance(info.value, TransientStoreError)
+    assert store.request_counts() == {"head_bucket": 1}, "no retries on a connection refused by a fresh endpoint"
+    assert message.count("could not reach the endpoint") == 1 and "connection refused" in message
+    assert f"http://127.0.0.1:{port}" in message and "--endpoint-url" in message
+    assert "slow down" not in message and "throttl" not in message and "max_attempts" not in message
 
 
 def test_a_refused_commit_can_still_be_aborted(backend, bucket):

@@ -1,7 +1,10 @@
 """The S3 boundary: error translation and the retry policy, over a scripted fake client."""
 
+import socket
+
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
+from urllib3.exceptions import NameResolutionError, NewConnectionError
 
 from mpcommit import errors as e
 from mpcommit.options import RetryPolicy, S3Options
@@ -89,6 +92,48 @@ def test_retries_run_out_with_a_clear_error_chaining_the_last_failure():
     with pytest.raises(e.RetriesExhaustedError, match="after 3 attempts") as info:
         s.put_object("bkt", "k", b"x")
     assert isinstance(info.value.__cause__, e.ThrottledError)
+
+
+def refused():
+    """What botocore raises when nothing listens on the endpoint's port."""
+    inner = NewConnectionError(None, "Failed to establish a new connection: [Errno 111] Connection refused")
+    inner.__cause__ = ConnectionRefusedError(111, "Connection refused")
+    return EndpointConnectionError(endpoint_url="http://127.0.0.1:1/", error=inner)
+
+
+def unresolvable():
+    inner = NameResolutionError("nohost.invalid", None, socket.gaierror(-2, "Name or service not known"))
+    inner.__cause__ = socket.gaierror(-2, "Name or service not known")
+    return EndpointConnectionError(endpoint_url="http://nohost.invalid/", error=inner)
+
+
+@pytest.mark.parametrize("failure,why", [(refused, "connection refused"), (unresolvable, "host name does not resolve")])
+def test_an_endpoint_that_never_answered_fails_at_once_saying_it_could_not_be_reached(failure, why):
+    s = store([failure(), {"ETag": '"never reached"'}])
+    with pytest.raises(e.EndpointUnreachableError) as info:
+        s.put_object("bkt", "k", b"x")
+    message = str(info.value)
+    assert s.request_counts() == {"put_object": 1}, "not retried"
+    assert not isinstance(info.value, e.TransientStoreError)
+    assert message.count("could not reach the endpoint http://127.0.0.1:1") == 1 and why in message
+    assert "--endpoint-url" in message and "slow down" not in message and "max_attempts" not in message
+
+
+def test_an_endpoint_that_answered_before_is_retried_when_it_refuses():
+    s = store([{"ETag": '"1"'}, refused(), refused(), {"ETag": '"2"'}])
+    assert s.put_object("bkt", "k", b"x") == '"1"'
+    assert s.put_object("bkt", "k", b"x") == '"2"'  # a server restarting: retried, as before
+    assert s.request_counts() == {"put_object": 4}
+
+
+def test_retries_running_out_on_an_endpoint_say_so_not_throttling():
+    s = store([{"ETag": '"1"'}] + [refused()] * 3)
+    s.put_object("bkt", "k", b"x")
+    with pytest.raises(e.RetriesExhaustedError) as info:
+        s.put_object("bkt", "k", b"x")
+    message = str(info.value)
+    assert message.count("could not reach the endpoint") == 1 and message.count("s3://bkt/k") == 1
+    assert "slow down" not in message and "throttl" not in message and "--endpoint-url" in message
 
 
 def test_abort_of_a_vanished_upload_is_not_an_error():
