@@ -19,7 +19,9 @@ HIDDEN_ROOT = "_temporary/mpcommit/"
 SUCCESS_NAME = "_SUCCESS"
 DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 
-_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-_]{1,253}[a-z0-9]$")
+#: S3's rule for bucket names: 3-63 characters of lowercase letters, digits, dots and hyphens, beginning and
+#: ending with a letter or digit.
+_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
 _JOB_ID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _JOB_ID_PART = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 # part-TTTTT-JOBID.cNNN.EXT
@@ -79,7 +81,8 @@ def parse_uri(uri: str) -> Destination:
     bucket, _, prefix = rest.partition("/")
     if not bucket or not _BUCKET_RE.match(bucket):
         raise InvalidUriError(
-            f"{uri!r} has no valid bucket name: names are 3-255 characters of a-z, 0-9, '.', '-' and '_'"
+            f"{uri!r} has no valid bucket name: S3 bucket names are 3-63 characters of lowercase letters, digits, "
+            "dots and hyphens, beginning and ending with a letter or digit"
         )
     prefix = prefix.strip("/")
     if prefix and not _clean_relative(prefix):

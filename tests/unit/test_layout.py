@@ -52,6 +52,21 @@ def test_parse_uri_rejects_bad_uris_with_a_reason(uri, fragment):
         parse_uri(uri)
 
 
+@pytest.mark.parametrize("bucket", ["my_bucket", "b" * 64, "ab", "Bucket", "-bkt", "bkt-", ".bkt"])
+def test_bucket_names_follow_s3s_rule_and_the_error_says_it(bucket):
+    with pytest.raises(InvalidUriError) as info:
+        parse_uri(f"s3://{bucket}/t")
+    message = str(info.value)
+    assert "3-63 characters of lowercase letters, digits, dots and hyphens" in message
+    rule = message.split("bucket name:", 1)[1]
+    assert "255" not in rule and "_" not in rule
+
+
+@pytest.mark.parametrize("bucket", ["abc", "b" * 63, "my.bucket-01", "0bkt9"])
+def test_bucket_names_s3_accepts(bucket):
+    assert parse_uri(f"s3://{bucket}/t").bucket == bucket
+
+
 def test_sibling_prefixes_are_not_contained():
     d = parse_uri("s3://bkt/data1")
     assert d.contains("data1/x.csv")
