@@ -40,6 +40,8 @@ class Job:
         self._state_lock = threading.Lock()
         self._finished: str | None = None
         self.created_at = time.monotonic()
+        #: The caller's explicit consent to an overwrite that replaces the whole bucket (see Job.create).
+        self.overwrite_bucket_root = False
 
     @property
     def job_id(self) -> str:
@@ -72,15 +74,18 @@ class Job:
         purpose: str = "write",
         progress: ProgressHook | None = None,
         store: S3Store | None = None,
+        overwrite_bucket_root: bool = False,
     ) -> "Job":
         """Start a job: check the destination against the mode, and record the job under its hidden prefix.
 
         Raises DestinationExistsError for mode ``error`` when the destination holds data, NoSuchBucketError
-        when the bucket does not exist -- before any upload starts.
+        when the bucket does not exist -- before any upload starts. An overwrite of a bucket's root (``s3://bucket``)
+        replaces every object in the bucket, and is refused unless ``overwrite_bucket_root=True``.
         """
         destination = parse_uri(uri)
         write_mode = WriteMode.parse(mode)
         overwrite = PartitionOverwrite.parse(partition_overwrite)
+        check_bucket_root_overwrite(destination, write_mode, overwrite, allowed=overwrite_bucket_root)
         options = s3 or S3Options()
         store = store or store_for(options)
         store.head_bucket(destination.bucket)
@@ -107,11 +112,13 @@ class Job:
             # Anything else is a job id already in use.
             if store.get_object(destination.bucket, spec.paths.descriptor) != descriptor.to_bytes():
                 raise
-        return cls(spec, descriptor, store=store, commit_threads=commit_threads, progress=progress)
+        job = cls(spec, descriptor, store=store, commit_threads=commit_threads, progress=progress)
+        job.overwrite_bucket_root = overwrite_bucket_root
+        return job
 
     @classmethod
     def open(cls, uri: str, job_id: str, *, s3: S3Options | None = None, commit_threads: int = DEFAULT_COMMIT_THREADS,
-             store: S3Store | None = None) -> "Job":
+             store: S3Store | None = None, overwrite_bucket_root: bool = False) -> "Job":
         """Reattach to an existing job from its descriptor (e.g. to abort it from another process)."""
         destination = parse_uri(uri)
         options = s3 or S3Options()
@@ -121,7 +128,9 @@ class Job:
         descriptor = JobDescriptor.from_bytes(data, where=f"s3://{destination.bucket}/{paths.descriptor}",
                                               destination=destination, job_id=job_id)
         spec = JobSpec(job_id=job_id, destination=destination, s3=options)
-        return cls(spec, descriptor, store=store, commit_threads=commit_threads)
+        job = cls(spec, descriptor, store=store, commit_threads=commit_threads)
+        job.overwrite_bucket_root = overwrite_bucket_root
+        return job
 
     def commit(self, results: Sequence[TaskResult], *, extra_timings: dict[str, float] | None = None,
                delete: Sequence[DeleteEntry] = (), table: str | TableName | None = None,
@@ -143,6 +152,11 @@ class Job:
         # Checked before anything is committed: a misspelt name or catalog is a usage error, not a partial commit.
         target = TableName.parse(table) if table is not None else None
         resolved = resolve_catalog(catalog, s3=self.spec.s3) if target is not None else None
+        if not self.ignored:
+            # A dynamic overwrite replaces the whole root when files were written there (no partition).
+            check_bucket_root_overwrite(self.destination, self.descriptor.mode, self.descriptor.partition_overwrite,
+                                        allowed=self.overwrite_bucket_root,
+                                        partitioned=not any("" in r.partitions for r in results))
         self._enter("commit")
         timings = {"write": time.monotonic() - self.created_at}
         timings.update(extra_timings or {})
@@ -180,6 +194,28 @@ class Job:
 
     def __repr__(self) -> str:
         return f"Job({self.destination.uri!r}, job_id={self.job_id!r}, mode={self.descriptor.mode.value!r})"
+
+
+def check_bucket_root_overwrite(destination: Destination, mode: WriteMode, partition_overwrite: PartitionOverwrite,
+                                *, allowed: bool, partitioned: bool = True) -> None:
+    """Refuse an overwrite that would replace everything in a bucket, unless the caller said so explicitly.
+
+    An overwrite replaces what lies under its destination; at a bucket's root that is every object in the bucket,
+    other tables' data included. Spark does it without a word; here it takes ``overwrite_bucket_root=True``.
+    ``partitioned``: whether the data goes to partition folders only (a dynamic overwrite then replaces just those).
+    """
+    if allowed or destination.prefix or mode is not WriteMode.OVERWRITE:
+        return
+    if partition_overwrite is PartitionOverwrite.DYNAMIC and partitioned:
+        return
+    kind = "A static overwrite" if partition_overwrite is PartitionOverwrite.STATIC else (
+        "A dynamic overwrite of unpartitioned data")
+    raise UsageError(
+        f"refusing to overwrite {destination.uri}, the root of the bucket: {kind} replaces everything under its "
+        f"destination, which here is every object in bucket {destination.bucket!r}, other tables' data included. "
+        f"Write to a prefix such as s3://{destination.bucket}/table, or pass overwrite_bucket_root=True if the "
+        "whole bucket is meant to hold only this data. Nothing was written."
+    )
 
 
 def destination_has_data(store: S3Store, destination: Destination) -> bool:

@@ -40,7 +40,7 @@ from ..formats.partitioning import DEFAULT_MAX_OPEN_WRITERS, PartitionedWriter, 
 from ..modes import PartitionOverwrite, WriteMode
 from ..options import S3Options, WriterSettings
 from ..protocol.commit import DEFAULT_COMMIT_THREADS, CommitReport
-from ..protocol.job import Job
+from ..protocol.job import Job, check_bucket_root_overwrite
 from ..protocol.layout import parse_uri
 from ..protocol.records.job import MergedFile
 from ..protocol.records.manifest import TaskResult
@@ -89,6 +89,7 @@ def write(
     writer: WriterSettings | None = None,
     table: str | None = None,
     catalog: Catalog | str | None = None,
+    overwrite_bucket_root: bool = False,
     _task_hook: TaskHook | None = None,
 ) -> CommitReport:
     """Write ``df`` to ``uri`` (``s3://``, ``s3a://`` or ``s3n://``) and commit it; return the commit report.
@@ -105,7 +106,8 @@ def write(
     the merges run as a Spark stage before the commit (see :mod:`mpcommit.compaction.commit_merge`).
     ``table``: "db.name" to register the committed partitions and their statistics in, after the commit, in
     ``catalog`` (default: the DataFrame's session catalog; "glue", or a :class:`~mpcommit.catalog.Catalog`);
-    see docs/CATALOG.md.
+    see docs/CATALOG.md. ``overwrite_bucket_root``: allow an overwrite of a bucket's root (``s3://bucket``),
+    which replaces every object in the bucket; refused without it.
 
     The report gives the job id, the committed files, bytes, rows, partitions and timings (``write``: creating
     the job to the last task's result; ``merge``: the commit-time merge; ``commit``: the job commit).
@@ -129,13 +131,15 @@ def write(
         raise UsageError(f"max_open_writers must be an integer of at least 1, got {max_open_writers!r}")
     if isinstance(commit_threads, bool) or not isinstance(commit_threads, int) or commit_threads < 1:
         raise UsageError(f"commit_threads must be an integer of at least 1, got {commit_threads!r}")
-    parse_uri(uri)
+    destination = parse_uri(uri)
     schema = _arrow_schema(df)
     columns = resolve_partition_columns(schema, partition_by)
     fmt.check_schema(data_schema(schema, columns))
+    check_bucket_root_overwrite(destination, write_mode, overwrite, allowed=overwrite_bucket_root,
+                                partitioned=bool(columns))
 
     job = Job.create(uri, mode=write_mode, partition_overwrite=overwrite, s3=s3, writer=writer,
-                     commit_threads=commit_threads)
+                     commit_threads=commit_threads, overwrite_bucket_root=overwrite_bucket_root)
     if job.ignored:
         log.info("%s holds data and mode is 'ignore': nothing written", job.destination.uri)
         return job.commit([])

@@ -21,7 +21,7 @@ from mpcommit.options import WriterSettings
 from mpcommit.protocol import faults
 from mpcommit.protocol.recovery import list_jobs, recover
 from mpcommit.sizing import MiB
-from tests.support.checks import pending_uploads, read_object, visible_keys
+from tests.support.checks import all_keys, pending_uploads, read_object, visible_keys
 
 SMALL_PARTS = WriterSettings(initial_part_size=5 * MiB, max_parts_in_flight=2, upload_threads=2)
 
@@ -210,6 +210,35 @@ def test_dynamic_overwrite_failing_before_deletes_keeps_old_partition_whole(back
     assert read_object(backend.client, bucket, "t/dt=1/old.txt") == b"old1"
     recover(job.destination, store=job.store)
     assert set(contents(backend, bucket, "t").values()) == {b"new1"}
+
+
+def test_an_overwrite_of_a_bucket_root_is_refused_unless_asked_for(backend, bucket):
+    from mpcommit.errors import UsageError
+
+    for key in ("other-table/part-0.txt", "t/x.txt"):
+        backend.client.put_object(Bucket=bucket, Key=key, Body=b"keep me")
+    for uri in (f"s3://{bucket}", f"s3://{bucket}/"):
+        with pytest.raises(UsageError, match=r"root of the bucket.*every object in bucket.*other tables' data.*"
+                                             r"overwrite_bucket_root=True") as info:
+            Job.create(uri, mode="overwrite", s3=backend.options)
+        assert "Nothing was written" in str(info.value)
+    assert all_keys(backend.client, bucket) == {"other-table/part-0.txt", "t/x.txt"}, "not even a job record"
+
+    # A dynamic overwrite of partition folders only replaces those; of files at the root, the whole bucket.
+    job = Job.create(f"s3://{bucket}", mode="overwrite", partition_overwrite="dynamic", s3=backend.options)
+    job.commit([write_task(job, 0, 0, {"dt=1": b"new1"})])
+    assert read_object(backend.client, bucket, "other-table/part-0.txt") == b"keep me"
+    job = Job.create(f"s3://{bucket}", mode="overwrite", partition_overwrite="dynamic", s3=backend.options)
+    with pytest.raises(UsageError, match="dynamic overwrite of unpartitioned data"):
+        job.commit([write_task(job, 0, 0, {"": b"root"})])
+    job.abort()
+    assert read_object(backend.client, bucket, "other-table/part-0.txt") == b"keep me"
+    assert pending_uploads(backend.client, bucket, "") == []
+
+    # Said explicitly, it does what an overwrite does: only the new data is left.
+    job = Job.create(f"s3://{bucket}", mode="overwrite", s3=backend.options, overwrite_bucket_root=True)
+    report = job.commit([write_task(job, 0, 0, {"": b"only"})])
+    assert {k for k in visible_keys(backend.client, bucket, "") if k != "_SUCCESS"} == set(report.filenames)
 
 
 def test_error_mode_refuses_existing_destination_before_any_upload(backend, bucket):

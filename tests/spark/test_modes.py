@@ -168,6 +168,9 @@ def test_max_records_per_file_splits_files(spark, store, fs) -> None:  # noqa: A
     ({"dup": True}, UsageError, "duplicate column"),
     ({"uri": "hdfs://nn/table"}, InvalidUriError, "not an S3 URI"),
     ({"uri": "s3://no-such-bucket-mpcommit/t"}, NoSuchBucketError, None),
+    ({"uri": "s3://{bucket}", "mode": "overwrite"}, UsageError, "root of the bucket.*overwrite_bucket_root=True"),
+    ({"uri": "s3://{bucket}/", "mode": "overwrite", "partition_overwrite": "dynamic"}, UsageError,
+     "dynamic overwrite of unpartitioned data"),
 ])
 def test_bad_input_fails_before_any_upload(spark, store, kwargs, error, message) -> None:  # noqa: ANN001
     bucket = store.new_bucket()
@@ -179,7 +182,7 @@ def test_bad_input_fails_before_any_upload(spark, store, kwargs, error, message)
         df = df.withColumn("tags", F.array(F.lit("a")))
     if kwargs.pop("dup", False):
         df = df.select("id", "day", df["v"].alias("V"), "v")
-    uri = kwargs.pop("uri", f"s3://{bucket}/t")
+    uri = kwargs.pop("uri", f"s3://{bucket}/t").replace("{bucket}", bucket)
 
     def must_not_run(task_id: int, attempt: int, batches: int) -> None:
         raise AssertionError("bad input must be refused before any task runs")
