@@ -34,9 +34,42 @@ LAZY_COMMANDS = {
 
 _ENDPOINT_RE = re.compile(r"^https?://[^\s/]+", re.IGNORECASE)
 
+#: The group's own options, which may also come after the command (``mpcommit uploads list URI --region R``).
+GLOBAL_OPTIONS = ("--endpoint-url", "--region", "--profile")
+
+
+def hoist_global_options(args: Sequence[str]) -> list[str]:
+    """Move the global options (and their values) found after the command to the front, as the aws CLI accepts
+    them anywhere. Nothing after ``--`` is touched."""
+    front: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            rest.extend(args[i:])
+            break
+        name = arg.split("=", 1)[0]
+        if name in GLOBAL_OPTIONS:
+            if "=" in arg:
+                front.append(arg)
+                i += 1
+            elif i + 1 >= len(args):
+                raise click.UsageError(f"Option '{arg}' requires an argument.")
+            else:
+                front.extend(args[i:i + 2])
+                i += 2
+            continue
+        rest.append(arg)
+        i += 1
+    return front + rest
+
 
 class MpcommitGroup(click.Group):
-    """A group whose optional commands are imported on first use."""
+    """A group whose optional commands are imported on first use, and whose options may follow the command."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, hoist_global_options(args))
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         names = set(super().list_commands(ctx))
@@ -81,7 +114,8 @@ def cli(ctx: click.Context, endpoint_url: str | None, region: str | None, profil
 
     Pending multipart uploads are invisible in listings yet billed until aborted: `uploads list` finds them,
     `uploads abort` removes orphans without touching live jobs, `jobs` finishes or rolls back stuck jobs.
-    Credentials come from boto3's usual sources (environment, profiles, instance roles).
+    Credentials come from boto3's usual sources (environment, profiles, instance roles). The options below may
+    also follow the command, as with the aws CLI: `mpcommit uploads list s3://bucket/t --endpoint-url URL`.
     """
     if endpoint_url is not None and not _ENDPOINT_RE.match(endpoint_url):
         raise click.BadParameter(f"{endpoint_url!r} is not an http:// or https:// URL", param_hint="'--endpoint-url'")

@@ -6,6 +6,7 @@ import json
 import os
 import pty
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -196,6 +197,33 @@ def test_jobs_list_recover_and_abort_on_moto(moto_backend):
     assert mpcommit("jobs", "list", uri, "--json").json()["jobs"] == []
     assert_clean_error(mpcommit("jobs", "abort", uri, "--job", job.job_id, "--yes"), 1, "no job")
     assert_clean_error(mpcommit("jobs", "recover", uri, "--job", job.job_id), 1, "no job")
+
+
+def test_global_options_may_follow_the_command(moto_backend):
+    bucket = moto_backend.new_bucket()
+    url = moto_backend.endpoint_url
+    uri = f"s3://{bucket}/t"
+    listed = run([*mpcommit_command(), "uploads", "list", uri, "--endpoint-url", url, "--json"])
+    assert listed.returncode == 0 and listed.json()["count"] == 0, listed
+    jobs = run([*mpcommit_command(), "jobs", "list", uri, f"--endpoint-url={url}", "--region", "us-east-1", "--json"])
+    assert jobs.returncode == 0 and jobs.json()["jobs"] == [], jobs
+    shown = run([*mpcommit_command(), "--region", "us-east-1", "show", uri, "--endpoint-url", url])
+    assert_clean_error(shown, 1, f"no s3://{bucket}/t/_SUCCESS")  # the endpoint was used: the bucket exists there
+    assert_clean_error(run([*mpcommit_command(), "uploads", "list", uri, "--endpoint-url"]), 2,
+                       "'--endpoint-url' requires an argument")
+    help_text = run([*mpcommit_command(), "--help"]).stdout
+    assert "may also follow the command" in " ".join(help_text.split())
+
+
+def test_an_endpoint_nothing_listens_on_is_reported_once_and_at_once():
+    with socket.socket() as probe:  # a port nothing listens on: bound, then released
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    result = run([*mpcommit_command(), "--endpoint-url", f"http://127.0.0.1:{port}", "uploads", "list", "s3://bkt/t"])
+    assert_clean_error(result, 1, "could not reach the endpoint", "connection refused", f"http://127.0.0.1:{port}")
+    assert result.stderr.count("could not reach the endpoint") == 1 and len(result.stderr.strip().splitlines()) == 1
+    for wrong in ("throttl", "slow down", "max_attempts", "attempts"):
+        assert wrong not in result.stderr.lower(), result
 
 
 BAD_INPUT = [
