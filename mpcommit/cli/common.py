@@ -236,6 +236,23 @@ def human_bytes(n: int | None) -> str:
     return f"{n} B"
 
 
+def plural(count: int, noun: str) -> str:
+    """``1 upload``, ``2 uploads``, ``1,000 uploads``."""
+    return f"{count:,} {noun}" + ("" if count == 1 else "s")
+
+
+def human_duration(seconds: float) -> str:
+    """A duration as people write it, without the zero units: ``7d``, ``1d 2h``, ``90m`` -> ``1h 30m``."""
+    seconds = int(round(seconds))
+    units = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
+    parts = []
+    for name, size in units:
+        value, seconds = divmod(seconds, size)
+        if value:
+            parts.append(f"{value}{name}")
+    return " ".join(parts) or "0s"
+
+
 def human_age(seconds: float | None) -> str:
     if seconds is None:
         return "?"
@@ -269,6 +286,7 @@ def short_id(upload_id: str, width: int = 16) -> str:
 
 __all__ = [
     "CliContext", "DURATION", "JOB_ID", "MpcommitError", "ProgressBars", "S3URI", "SIZE", "cli_context", "destination",
-    "err_console", "fail", "human_age", "human_bytes", "human_time", "interruptible", "out_console", "print_json",
+    "err_console", "fail", "human_age", "human_bytes", "human_duration", "human_time", "interruptible", "out_console",
+    "plural", "print_json",
     "require_confirmation_possible", "short_id",
 ]

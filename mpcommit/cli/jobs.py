@@ -30,6 +30,7 @@ from .common import (
     human_bytes,
     human_time,
     out_console,
+    plural,
     print_json,
     require_confirmation_possible,
 )
@@ -146,14 +147,15 @@ def recover_command(ctx: click.Context, uri: str, job_id: str | None, older_than
 @jobs.command("abort")
 @click.argument("uri", type=S3URI, metavar="S3URI")
 @click.option("--job", "job_id", type=JOB_ID, metavar="ID", required=True, help="The job to roll back.")
+@click.option("--dry-run", is_flag=True, help="Show what would be rolled back; change nothing.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation (needed when stdin is not a terminal).")
 @click.pass_context
-def abort_command(ctx: click.Context, uri: str, job_id: str, yes: bool) -> None:
+def abort_command(ctx: click.Context, uri: str, job_id: str, dry_run: bool, yes: bool) -> None:
     """Roll back job ID under S3URI: abort all its uploads and remove its records.
 
     Refused for a job that is committing (its files may be partly visible): use `mpcommit jobs recover`.
     """
-    require_confirmation_possible(yes=yes)
+    require_confirmation_possible(yes=yes, dry_run=dry_run)
     dest = destination(uri)
     store = cli_context(ctx).store()
     out = out_console()
@@ -169,10 +171,15 @@ def abort_command(ctx: click.Context, uri: str, job_id: str, yes: bool) -> None:
             f"Finish it with `mpcommit jobs recover {dest.uri} --job {job_id}`."
         )
     uploads = status.pending_uploads if status is not None else len(orphans)
+    state = status.state.value if status is not None else "no records left"
+    records = status.records if status is not None else 0
+    if dry_run:
+        out.print(f"Dry run: rolling back job {job_id} ({state}) under {dest.uri} would abort "
+                  f"{plural(uploads, 'upload')} and remove {plural(records, 'record')}. Nothing was changed.")
+        return
     if not yes:
-        state = status.state.value if status is not None else "no records left"
-        if not click.confirm(f"Roll back job {job_id} ({state}) under {dest.uri}: abort {uploads:,} upload(s) and "
-                             f"remove {status.records if status else 0:,} record(s)?", default=False, err=True):
+        if not click.confirm(f"Roll back job {job_id} ({state}) under {dest.uri}: abort {plural(uploads, 'upload')} and "
+                             f"remove {plural(records, 'record')}?", default=False, err=True):
             err_console().print("Not confirmed: nothing was changed.")
             ctx.exit(1)
     with ProgressBars() as progress, progress.status(f"Rolling back job {job_id}"):
@@ -183,5 +190,5 @@ def abort_command(ctx: click.Context, uri: str, job_id: str, yes: bool) -> None:
             # No descriptor (never written, or removed by an interrupted cleanup): roll back what is left.
             fallback = JobCommitter(store, dest, job_id).abort()
             aborted, removed = fallback.aborted_uploads, fallback.deleted_records
-    out.print(f"Rolled back job {job_id} under {dest.uri}: aborted {aborted:,} upload(s), removed {removed:,} "
-              "record(s). Nothing of it is pending any more.")
+    out.print(f"Rolled back job {job_id} under {dest.uri}: aborted {plural(aborted, 'upload')}, removed "
+              f"{plural(removed, 'record')}. Nothing of it is pending any more.")
