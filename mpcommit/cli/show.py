@@ -19,13 +19,17 @@ FILES_SHOWN = 10
 PARTITIONS_SHOWN = 10
 
 
-@click.command("show", short_help="The _SUCCESS summary of the last commit to S3URI.")
+@click.command("show", short_help="The _SUCCESS summary of the last commit to S3URI, and what it covers.")
 @click.argument("uri", type=S3URI, metavar="S3URI")
 @click.option("--files", "all_files", is_flag=True, help="List every committed file, not only the first few.")
 @click.option("--json", "as_json", is_flag=True, help="Print the _SUCCESS document itself.")
 @click.pass_context
 def show(ctx: click.Context, uri: str, all_files: bool, as_json: bool) -> None:
-    """Show the _SUCCESS summary of the last commit to S3URI: job, time, mode, files, bytes, rows, timings."""
+    """Show the _SUCCESS summary of the last commit to S3URI: job, time, mode, files, bytes, rows, timings.
+
+    It describes that commit only: the whole table after an overwrite, only the added files after an append,
+    only the merged files after `mpcommit compact` (whose rows are the table's own, unchanged).
+    """
     dest = destination(uri)
     store = cli_context(ctx).store()
     where = f"s3://{dest.bucket}/{dest.success_key}"
@@ -51,6 +55,7 @@ def show(ctx: click.Context, uri: str, all_files: bool, as_json: bool) -> None:
         print_json(json.loads(data))
         return
     out = out_console()
+    out.print(describes(success, dest.uri))
     table = Table(title=where, title_justify="left", show_header=False, box=None, pad_edge=False)
     table.add_column("field", style="bold", no_wrap=True)
     table.add_column("value", overflow="fold")
@@ -122,3 +127,22 @@ def _show_s3a(where: str, doc: dict, all_files: bool) -> None:
             out.print(f"  {name}", markup=False)
         if len(names) > len(shown):
             out.print(f"  ... and {len(names) - len(shown):,} more (--files lists them all)")
+
+
+def describes(success: SuccessData, uri: str) -> str:
+    """What the _SUCCESS describes, in a sentence: always the last commit, which is the whole table only after
+    an overwrite (or a first write); after an append or a compaction it is not."""
+    files = f"{success.files:,} file" + ("" if success.files == 1 else "s")
+    if success.purpose == "compact":
+        merged = (f"merged {success.merged_from:,} small files into the {files} below"
+                  if success.merged_from is not None else f"wrote the {files} below from smaller ones")
+        return (f"The last commit to {uri} was a compaction (job {success.job_id}): it {merged}. The table's rows "
+                "did not change; this describes that compaction, not the whole table.")
+    if success.mode == "append":
+        return (f"The last commit to {uri} was an append (job {success.job_id}): it added the {files} below. Files "
+                "committed earlier are not counted here.")
+    if success.mode == "overwrite-dynamic":
+        return (f"The last commit to {uri} was a dynamic overwrite (job {success.job_id}): the {files} below "
+                "replaced the partitions they are in; other partitions were kept and are not counted here.")
+    return (f"The last commit to {uri} was a write in mode {success.mode} (job {success.job_id}): the {files} below "
+            "were the whole table after it.")

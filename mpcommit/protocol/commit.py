@@ -288,6 +288,7 @@ class JobCommitter:
             partitions=tuple(sorted(p for p in partitions if p)), timings={k: round(v, 4) for k, v in timings.items()},
             hostname=socket.gethostname(), purpose=journal.purpose,
             partition_stats={p: PartitionStats(n, b, merge_rows(r)) for p, (n, b, r) in sorted(per_partition.items())},
+            merged_from=len(journal.delete) if journal.delete else None,
         )
         faults.checkpoint("commit.before_success")
         self.progress("success", 0, 1)

@@ -171,6 +171,35 @@ def test_show_prints_the_success_summary(moto_backend):
     assert_clean_error(mpcommit("show", f"s3://{bucket}/hadoop"), 1, "empty file")
 
 
+def test_show_says_what_the_success_describes_after_an_append_an_overwrite_and_a_compaction(moto_backend):
+    mpcommit = cli(moto_backend)
+    bucket = moto_backend.new_bucket()
+    uri = f"s3://{bucket}/t"
+    for mode, rows in (("overwrite", range(0, 3)), ("append", range(3, 6))):
+        job = Job.create(uri, mode=mode, s3=moto_backend.options)
+        with job.spec.task(0, 0) as task:
+            for i in rows:  # three small files in one partition
+                with task.create(partition="dt=1", ext="json") as out:
+                    out.write(b'{"id": %d}\n' % i)
+                    out.rows = 1
+            result = task.commit()
+        job.commit([result])
+        shown = " ".join(mpcommit("show", uri).stdout.split())
+        if mode == "overwrite":
+            assert f"The last commit to {uri} was a write in mode overwrite" in shown and "whole table" in shown
+        else:
+            assert "was an append" in shown and "added the 3 files below" in shown and "not counted" in shown
+
+    compacted = mpcommit("compact", uri, "--small-file-avg", "1MB")
+    assert compacted.returncode == 0, compacted
+    shown = mpcommit("show", uri)
+    text = " ".join(shown.stdout.split())
+    assert shown.returncode == 0, shown
+    assert "was a compaction" in text and "merged 6 small files into the 1 file below" in text, text
+    assert "rows did not change" in text and "not the whole table" in text
+    assert mpcommit("show", uri, "--json").json()["mergedFrom"] == 6
+
+
 def test_jobs_list_recover_and_abort_on_moto(moto_backend):
     mpcommit = cli(moto_backend)
     backend = moto_backend

@@ -132,3 +132,13 @@ def test_success_has_the_spec_fields():
         assert field in obj
     assert obj["name"] == "mpcommit.SuccessData/1" and obj["committer"] == "mpcommit" and obj["files"] == 1
     assert SuccessData.from_bytes(s.to_bytes(), where="t") == s
+
+
+def test_success_of_a_compaction_says_how_many_files_it_merged():
+    s = SuccessData(job_id=JOB, mode="append", filenames=("table/m",), bytes=3, rows=1, partitions=(), purpose="compact",
+                    merged_from=12)
+    assert orjson.loads(s.to_bytes())["mergedFrom"] == 12
+    assert SuccessData.from_bytes(s.to_bytes(), where="t") == s
+    plain = SuccessData(job_id=JOB, mode="append", filenames=(), bytes=0, rows=0, partitions=())
+    assert "mergedFrom" not in orjson.loads(plain.to_bytes())
+    assert SuccessData.from_bytes(plain.to_bytes(), where="t").merged_from is None

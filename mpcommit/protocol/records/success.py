@@ -64,6 +64,8 @@ class SuccessData:
     #: Per partition ("" for the root), what this commit wrote; None in _SUCCESS files written before
     #: mpcommit recorded it (readers must accept both).
     partition_stats: Mapping[str, PartitionStats] | None = None
+    #: A compaction: how many files it merged into ``filenames`` (and removed). None for other commits.
+    merged_from: int | None = None
 
     @property
     def files(self) -> int:
@@ -90,6 +92,8 @@ class SuccessData:
         }
         if self.partition_stats is not None:
             out["partitionStats"] = {p: s.to_json() for p, s in sorted(self.partition_stats.items())}
+        if self.merged_from is not None:
+            out["mergedFrom"] = self.merged_from
         return out
 
     def to_bytes(self) -> bytes:
@@ -113,4 +117,5 @@ class SuccessData:
             timestamp_ms=r.int("timestamp"),
             purpose=r.str("purpose", optional=True) or "write",
             partition_stats=partition_stats_from_json(obj.get("partitionStats"), where=where),
+            merged_from=r.int("mergedFrom", optional=True),
         )
