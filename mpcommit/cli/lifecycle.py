@@ -11,7 +11,7 @@ from rich.table import Table
 from ..errors import UsageError
 from ..operations.lifecycle import RULE_ID, Change, install, show
 from ..protocol.layout import parse_uri
-from .common import cli_context, out_console, print_json
+from .common import cli_context, out_console, plural, print_json
 
 
 def _bucket(value: str) -> str:
@@ -68,14 +68,15 @@ def lifecycle(ctx: click.Context, bucket: str, days: int | None, as_json: bool) 
             return
         kept = result.rules_before - (0 if result.change is Change.ADDED else 1)
         if result.change is Change.UNCHANGED:
-            out.print(f"s3://{name} already aborts incomplete uploads after {days} day(s) (rule {RULE_ID}); "
+            out.print(f"s3://{name} already aborts incomplete uploads after {plural(days, 'day')} (rule {RULE_ID}); "
                       "nothing changed.")
         else:
             verb = "Added" if result.change is Change.ADDED else "Updated"
-            out.print(f"{verb} rule {RULE_ID} on s3://{name}: incomplete multipart uploads are aborted {days} day(s) "
-                      f"after they start. Kept the {kept} other rule(s).")
+            out.print(f"{verb} rule {RULE_ID} on s3://{name}: incomplete multipart uploads are aborted "
+                      f"{plural(days, 'day')} after they start. Kept the {plural(kept, 'other rule')}.")
         for other in result.others:
-            out.print(f"Note: rule {other.rule_id!r} aborts them too, after {other.days} day(s); S3 applies the earlier.")
+            out.print(f"Note: rule {other.rule_id!r} aborts them too, after {plural(other.days, 'day')}; S3 applies "
+                      "the earlier.")
         out.print("S3 applies it to live jobs' uploads too: keep N above your longest job's duration.")
         return
     rules, aborting = show(store, name)
@@ -92,7 +93,7 @@ def lifecycle(ctx: click.Context, bucket: str, days: int | None, as_json: bool) 
     whole = [r for r in aborting if r.enabled and r.whole_bucket]
     if whole:
         best = min(whole, key=lambda r: r.days)
-        out.print(f"Incomplete multipart uploads on s3://{name} are aborted {best.days} day(s) after they start "
+        out.print(f"Incomplete multipart uploads on s3://{name} are aborted {plural(best.days, 'day')} after they start "
                   f"(rule {best.rule_id!r}).")
     else:
         partial = " (only some prefixes are covered)" if aborting else ""

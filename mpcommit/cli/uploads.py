@@ -28,9 +28,11 @@ from .common import (
     fail,
     human_age,
     human_bytes,
+    human_duration,
     human_time,
     interruptible,
     out_console,
+    plural,
     print_json,
     require_confirmation_possible,
     short_id,
@@ -84,18 +86,18 @@ def list_command(ctx: click.Context, uri: str, older_than: float | None, string_
         return
     out = out_console()
     if not found:
-        age = f" older than {human_age(older_than)}" if older_than is not None else ""
+        age = f" older than {human_duration(older_than)}" if older_than is not None else ""
         out.print(f"No pending uploads{age} in {scope.describe()}.")
         return
     table = _uploads_table(found, now, title=f"Pending uploads in {scope.describe()}", width=out.width)
     table.add_section()
     blanks = [""] * (len(table.columns) - 5)
-    table.add_row(f"{len(found):,} uploads", *blanks, "", f"{sum(u.parts or 0 for u in found):,}",
+    table.add_row(plural(len(found), "upload"), *blanks, "", f"{sum(u.parts or 0 for u in found):,}",
                   human_bytes(total_bytes), "", style="bold")
     out.print(table)
     jobs = Counter(u.job_id for u in found if u.job_id)
     if jobs:
-        out.print(f"{sum(jobs.values()):,} of them carry the ids of {len(jobs)} mpcommit job(s); "
+        out.print(f"{sum(jobs.values()):,} of them carry the ids of {plural(len(jobs), 'mpcommit job')}; "
                   "`mpcommit jobs list` shows which of those jobs still have records.")
 
 
@@ -154,7 +156,7 @@ def abort_command(ctx: click.Context, uri: str, older_than: float | None, job_id
                 if not as_json:
                     _print_plan(out, plan, scope)
                 return click.confirm(
-                    f"Abort {len(plan.selected):,} upload(s) holding {human_bytes(plan.selected_bytes)} in "
+                    f"Abort {plural(len(plan.selected), 'upload')} holding {human_bytes(plan.selected_bytes)} in "
                     f"{scope.describe()}?", default=False, err=True)
 
         report = cleanup(store, scope, older_than=older_than, job_id=job_id, dry_run=dry_run, threads=threads,
@@ -165,9 +167,9 @@ def abort_command(ctx: click.Context, uri: str, older_than: float | None, job_id
         _print_report(out, report)
     declined = any(r.detail == "not confirmed" for r in report.results)
     if report.failed:
-        fail(f"could not abort {len(report.failed):,} upload(s): {report.failed[0].detail}")
+        fail(f"could not abort {plural(len(report.failed), 'upload')}: {report.failed[0].detail}")
     elif report.cancelled:
-        fail(f"interrupted: aborted {len(report.aborted):,} upload(s); {len(report.not_done):,} selected upload(s) "
+        fail(f"interrupted: aborted {plural(len(report.aborted), 'upload')}; {plural(len(report.not_done), 'selected upload')} "
              "were not attempted")
     if not report.ok or declined:
         ctx.exit(1)
@@ -186,7 +188,7 @@ def _print_protected(out, plan: AbortPlan) -> None:  # noqa: ANN001 - rich Conso
     if not plan.protected:
         return
     reasons = Counter(p.reason for p in plan.protected)
-    out.print(f"Left alone: {len(plan.protected):,} upload(s) of live jobs:")
+    out.print(f"Left alone: {plural(len(plan.protected), 'upload')} of live jobs:")
     for reason, count in reasons.most_common():
         out.print(f"  {count:,} x {reason}")
 
@@ -199,7 +201,7 @@ def _print_report(out, report: CleanupReport) -> None:  # noqa: ANN001 - rich Co
         return
     selection = []
     if report.older_than is not None:
-        selection.append(f"older than {human_age(report.older_than)}")
+        selection.append(f"older than {human_duration(report.older_than)}")
     if report.job_id:
         selection.append(f"of job {report.job_id}")
     what = " and ".join(selection)
@@ -208,7 +210,7 @@ def _print_report(out, report: CleanupReport) -> None:  # noqa: ANN001 - rich Co
             _print_plan(out, plan, report.scope)
         else:
             _print_protected(out, plan)
-        out.print(f"Dry run: would abort {len(plan.selected):,} upload(s) {what}, holding "
+        out.print(f"Dry run: would abort {plural(len(plan.selected), 'upload')} {what}, holding "
                   f"{human_bytes(plan.selected_bytes)}, of {report.listed:,} in {scope}. Nothing was changed.")
         return
     if not plan.selected and not report.vanished:
@@ -219,19 +221,21 @@ def _print_report(out, report: CleanupReport) -> None:  # noqa: ANN001 - rich Co
         out.print("Not confirmed: nothing was aborted.")
         return
     aborted = report.aborted
-    out.print(f"Aborted {len(aborted):,} upload(s) {what} in {scope}, freeing {human_bytes(report.bytes_freed)} "
+    out.print(f"Aborted {plural(len(aborted), 'upload')} {what} in {scope}, freeing {human_bytes(report.bytes_freed)} "
               f"({report.bytes_freed:,} bytes) in {report.seconds:.1f}s.")
     if report.vanished:
-        out.print(f"{len(report.vanished):,} upload(s) were already gone (completed, or aborted by another cleaner): "
-                  "nothing to do for them.")
+        gone = len(report.vanished)
+        out.print(f"{plural(gone, 'upload')} {'was' if gone == 1 else 'were'} already gone (completed, or aborted by "
+                  "another cleaner): nothing to do for them.")
     if report.skipped:
-        out.print(f"Skipped {len(report.skipped):,} upload(s): {report.skipped[0].detail}.")
+        out.print(f"Skipped {plural(len(report.skipped), 'upload')}: {report.skipped[0].detail}.")
     _print_protected(out, plan)
     if report.failed:
-        out.print(f"Failed to abort {len(report.failed):,} upload(s): {report.failed[0].detail}", style="bold red")
+        out.print(f"Failed to abort {plural(len(report.failed), 'upload')}: {report.failed[0].detail}", style="bold red")
     if report.not_done:
         why = "interrupted" if report.cancelled else "stopped after the failure"
-        out.print(f"{why.capitalize()}: {len(report.not_done):,} selected upload(s) were not attempted; run again "
-                  "to continue.")
+        left = len(report.not_done)
+        out.print(f"{why.capitalize()}: {plural(left, 'selected upload')} {'was' if left == 1 else 'were'} not "
+                  "attempted; run again to continue.")
     elif report.cancelled:
         out.print("Interrupted after the last upload; everything selected was handled.")

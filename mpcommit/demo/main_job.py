@@ -173,7 +173,8 @@ def _print_report(console: Console, report: CommitReport) -> None:
     table.add_row("Rows", f"{report.rows:,}" if report.rows is not None else "unknown")
     table.add_row("Partitions", f"{len(report.partitions):,}")
     table.add_row("Write (Spark tasks)", f"{report.timings.get('write', 0.0):.2f} s")
-    table.add_row("Commit", f"{report.timings.get('commit', 0.0):.2f} s  ({_steps(report.timings)})")
+    table.add_row("Commit", f"{report.timings.get('commit', 0.0):.2f} s on the driver, job.commit() from call to "
+                  f"return, _SUCCESS and cleanup included ({_steps(report.timings)})")
     console.print(table)
 
 
@@ -196,7 +197,8 @@ def _print_success(console: Console, success: SuccessData) -> None:
     parts = list(success.partitions)
     shown = ", ".join(parts[:3]) + (f" ... {parts[-1]}" if len(parts) > 3 else "")
     table.add_row("Partitions", f"{len(parts)}: {shown}")
-    table.add_row("Timings", "  ".join(f"{k} {v:.3f}" for k, v in success.timings.items()))
+    table.add_row("Timings (s)", "  ".join(f"{k} {v:.3f}" for k, v in success.timings.items()) +
+                  "  (total: the commit up to writing this file, which is why it is below the report's Commit)")
     console.print(table)
 
 
@@ -238,7 +240,7 @@ def _verdict(console: Console, *, rows: int, expected: dict[str, int], found: di
     if report.rows != rows:
         problems.append(f"the commit report counts {report.rows} rows, not {rows:,}")
     if pending:
-        problems.append(f"{pending} multipart upload(s) left pending")
+        problems.append(f"{pending} multipart upload{'' if pending == 1 else 's'} left pending")
     if problems:
         for p in problems:
             console.print(f"[bold red]MISMATCH[/] {p}")

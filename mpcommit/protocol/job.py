@@ -189,7 +189,8 @@ class Job:
     def _enter(self, what: str) -> None:
         with self._state_lock:
             if self._finished is not None:
-                raise JobStateError(f"job {self.job_id} was already {self._finished}ed; create a new job")
+                done = {"commit": "committed", "abort": "aborted"}.get(self._finished, self._finished)
+                raise JobStateError(f"job {self.job_id} was already {done}; create a new job")
             self._finished = what
 
     def __repr__(self) -> str:

@@ -56,6 +56,12 @@ def test_list_prints_a_table_with_totals_for_people(moto_backend):
     assert result.stderr == ""  # no progress bars when stderr is not a terminal
     empty = mpcommit("uploads", "list", f"s3://{bucket}/nothing-here")
     assert empty.returncode == 0 and "No pending uploads" in empty.stdout
+    one = mpcommit("uploads", "list", f"s3://{bucket}/t/[x]", "--string-prefix")
+    assert "1 upload " in one.stdout and "1 uploads" not in one.stdout, one
+    week = mpcommit("uploads", "list", f"s3://{bucket}/nothing-here", "--older-than", "7d")
+    assert "No pending uploads older than 7d in" in week.stdout, week  # not "7d 0h"
+    planned = mpcommit("uploads", "abort", f"s3://{bucket}/nothing-here", "--older-than", "26h", "--dry-run")
+    assert "would abort 0 uploads older than 1d 2h," in planned.stdout, planned
 
 
 def test_abort_refuses_without_a_selection_or_someone_to_confirm(moto_backend):
@@ -86,7 +92,7 @@ def test_abort_asks_on_a_terminal(moto_backend, answer, code, left):
         os.close(controller)
         os.close(terminal)
     assert p.returncode == code, (out, err)
-    assert "Abort 1 upload(s)" in err
+    assert "Abort 1 upload holding" in err
     assert "t/a" in out  # the plan is shown before the question
     assert len(pending_uploads(backend.client, bucket, "t")) == left
 
@@ -102,7 +108,7 @@ def test_dry_run_changes_nothing(backend, bucket):
     assert sorted(pending_uploads(backend.client, bucket, "t")) == before
     if backend.name == "moto":  # the text for people once is enough
         text = mpcommit("uploads", "abort", f"s3://{bucket}/t", "--older-than", "0s", "--dry-run")
-        assert "Dry run: would abort 5 upload(s)" in text.stdout and "Nothing was changed" in text.stdout
+        assert "Dry run: would abort 5 uploads older than 0s," in text.stdout and "Nothing was changed" in text.stdout
     assert sorted(pending_uploads(backend.client, bucket, "t")) == before
 
 

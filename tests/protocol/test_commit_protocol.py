@@ -141,9 +141,17 @@ def test_commit_after_abort_is_refused(backend, bucket):
     job = Job.create(f"s3://{bucket}/t", s3=backend.options)
     ref = write_task(job, 0, 0, {"": b"x"})
     job.abort()
-    with pytest.raises(JobStateError):
+    with pytest.raises(JobStateError, match="was already aborted; create a new job"):
         job.commit([ref])
     assert visible_keys(backend.client, bucket, "t") == set()
+
+
+def test_a_second_commit_is_refused_in_plain_words(backend, bucket):
+    job = Job.create(f"s3://{bucket}/t", s3=backend.options)
+    ref = write_task(job, 0, 0, {"": b"x"})
+    job.commit([ref])
+    with pytest.raises(JobStateError, match="was already committed; create a new job"):
+        job.commit([ref])
 
 
 def test_a_result_passed_twice_for_one_task_is_refused_and_nothing_happens(backend, bucket):

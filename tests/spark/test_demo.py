@@ -61,3 +61,18 @@ def test_demo_is_a_cli_command(capsys) -> None:  # noqa: ANN001
     assert cli_main(["demo", "--help"]) == 0
     assert "--rows" in capsys.readouterr().out
     assert cli_main(["demo", "--rows", "0"]) == 2
+
+
+def test_the_two_commit_timings_say_which_is_which() -> None:
+    from mpcommit.demo.main_job import _print_report, _print_success
+    from mpcommit.protocol.records.success import SuccessData
+
+    console = Console(record=True, width=250)
+    timings = {"write": 3.0, "complete": 0.2, "success": 0.01, "cleanup": 0.03, "commit": 0.51}
+    _print_report(console, CommitReport(job_id="j", uri="s3://b/t", mode="overwrite", outcome=CommitOutcome.COMMITTED,
+                                        rows=10, timings=timings))
+    _print_success(console, SuccessData(job_id="j", mode="overwrite", filenames=("t/a",), bytes=1, rows=10,
+                                        partitions=(), timings={"complete": 0.2, "total": 0.47}))
+    text = console.export_text()
+    assert "0.51 s on the driver, job.commit() from call to return, _SUCCESS and cleanup included" in text
+    assert "total 0.470  (total: the commit up to writing this file, which is why it is below the report's Commit)" in text
