@@ -19,6 +19,10 @@ class InvalidUriError(UsageError):
     """A destination that is not an s3://, s3a:// or s3n:// URI with a bucket."""
 
 
+class ExecutorEnvironmentError(MpcommitError):
+    """Spark's executors could not run mpcommit's tasks: their Python lacks mpcommit or one of its dependencies."""
+
+
 class DestinationExistsError(MpcommitError):
     """Mode ``error`` and the destination already holds data."""
 

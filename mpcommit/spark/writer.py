@@ -24,6 +24,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -33,7 +35,7 @@ import pyarrow as pa
 from ..catalog import Catalog, CatalogRegistrationError, TableName, resolve_catalog
 from ..compaction.commit_merge import BinJob, BinOutcome, Runner, StagingSink, merge_at_commit, run_bin
 from ..compaction.planner import MergePolicy
-from ..errors import CommitStateUnknownError, ProtocolError, UsageError
+from ..errors import CommitStateUnknownError, ExecutorEnvironmentError, ProtocolError, UsageError
 from ..formats import make_format
 from ..formats.base import FileFormat
 from ..formats.partitioning import DEFAULT_MAX_OPEN_WRITERS, PartitionedWriter, data_schema, resolve_partition_columns
@@ -154,8 +156,17 @@ def write(
         with _job_description(df, f"mpcommit: write {fmt.name} to {job.destination.uri} (job {job.job_id})"):
             rows = df.mapInArrow(run_task, RESULT_SCHEMA).collect()
         results = [TaskResult.from_bytes(bytes(row[0]), destination=job.destination, job_id=job.job_id) for row in rows]
-    except BaseException:
+    except BaseException as exc:
         _abort_quietly(job)
+        missing = _missing_module(exc)
+        if missing is not None:
+            raise ExecutorEnvironmentError(
+                f"Spark's executors could not import {missing!r} (No module named {missing!r}): mpcommit's tasks run "
+                "in the executors' Python, which needs mpcommit and its dependencies (pyarrow, pandas, boto3) "
+                "installed, the same version as here. Install it in the Python the executors run, and point "
+                "PYSPARK_PYTHON (or spark.pyspark.python) at that interpreter; this driver runs "
+                f"{sys.executable}. Job {job.job_id} was rolled back: nothing was written."
+            ) from exc
         raise
 
     merged: tuple[MergedFile, ...] = ()
@@ -238,6 +249,21 @@ def _write_task(plan: _TaskPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[
             raise  # and the task attempt's __exit__ aborts every upload it made
         result = task.commit()
     yield pa.RecordBatch.from_arrays([pa.array([result.to_bytes()], pa.binary())], names=["result"])
+
+
+#: Modules whose absence in a task means the executors' Python is not set up for mpcommit (its own dependencies).
+_OWN_MODULES = {"mpcommit", "pyarrow", "pandas", "numpy", "boto3", "botocore", "s3transfer", "urllib3", "orjson",
+                "tenacity"}
+_NO_MODULE = re.compile(r"No module named '([A-Za-z0-9_.]+)'")
+
+
+def _missing_module(exc: BaseException) -> str | None:
+    """The module a Spark task failed to import, when it is mpcommit or one of its dependencies (Spark reports a
+    task's ModuleNotFoundError inside its own exception's text)."""
+    for match in _NO_MODULE.finditer(str(exc)):
+        if match.group(1).split(".")[0] in _OWN_MODULES:
+            return match.group(1)
+    return None
 
 
 def _local_dir() -> str | None:
