@@ -1,0 +1,90 @@
+"""The README, as a newcomer follows it: the Operations list names every command, the Python example runs with
+the setup the README gives for it, and the PySpark section says what the executors need."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import click
+import pytest
+
+from mpcommit.cli.main import cli
+from tests.support.servers import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+
+
+def section(title: str) -> str:
+    start = README.index(f"## {title}\n")
+    end = README.find("\n## ", start + 1)
+    return README[start:end if end != -1 else None]
+
+
+def code_blocks(text: str, language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", text, flags=re.S)
+
+
+def commands(group: click.Group, prefix: str = "mpcommit") -> list[str]:
+    ctx = click.Context(group)
+    found = []
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        if isinstance(command, click.Group):
+            found += commands(command, f"{prefix} {name}")
+        else:
+            found.append(f"{prefix} {name}")
+    return found
+
+
+def test_the_operations_list_names_every_command() -> None:
+    (listing,) = code_blocks(section("Operations"), "")
+    listed = {" ".join(line.split()[:3]) if line.split()[1] in ("uploads", "jobs", "catalog") else " ".join(line.split()[:2])
+              for line in listing.strip().splitlines()}
+    assert set(commands(cli)) <= listed, f"missing from the README's Operations: {set(commands(cli)) - listed}"
+
+
+def test_the_pyspark_section_says_what_the_executors_need() -> None:
+    text = " ".join(section("Using it").split())
+    for needed in ("every executor's Python needs mpcommit installed", "PYSPARK_PYTHON", "spark.pyspark.python",
+                   "No module named 'mpcommit'"):
+        assert needed in text, needed
+
+
+def test_the_python_example_runs_with_the_setup_the_readme_gives(tmp_path) -> None:  # noqa: ANN001
+    using = section("Using it")
+    assert "needs an S3 server on `127.0.0.1:4566` with a bucket named `bucket`" in " ".join(using.split())
+    example = next(b for b in code_blocks(using, "python") if "Job.create" in b)
+    (setup,) = [b for b in code_blocks(using, "bash") if "moto_server" in b]
+    port = str(free_port())
+    lines = [line for line in setup.replace("4566", port).splitlines() if line.strip() and not line.startswith("#")]
+    server_line = next(line for line in lines if line.split("#")[0].rstrip().endswith("&"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    server = subprocess.Popen(["bash", "-c", f"exec {server_line.split('&')[0]}"], cwd=ROOT, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # a person would wait the second the server takes to start; so does this test
+            try:
+                socket.create_connection(("127.0.0.1", int(port)), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    pytest.fail("the README's server command did not start a server")
+                time.sleep(0.2)
+        rest = "\n".join(line for line in lines if line != server_line)
+        script = tmp_path / "example.py"
+        script.write_text(example.replace("4566", port) + "\nprint(report.outcome.value, len(report.filenames))\n")
+        done = subprocess.run(["bash", "-c", f"set -e\n{rest}\n.venv/bin/python {script}"], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert done.stdout.split()[-2:] == ["committed", "1"]
+    finally:
+        os.killpg(server.pid, 15)
+        server.wait(timeout=30)
+
