@@ -5,13 +5,14 @@ Spark formats a CSV field with Java: ``Double.toString``/``Float.toString`` for 
 and a ``java.time.format.DateTimeFormatter`` pattern for dates and timestamps (``yyyy-MM-dd'T'HH:mm:ss.SSSXXX``
 by default, in the session time zone). Arrow's casts give the digits; this module lays them out the Java way.
 
-Two differences from the JVM, both invisible to a reader: floating-point digits are the shortest that read back
-to the same value (Java 17's ``Float.toString(1e16f)`` writes ``1.00000003E16`` where this writes ``1.0E16``;
-Java 19+ agrees with this module), and years outside 1-9999 are not specially signed.
+One difference from the JVM, invisible to a reader: floating-point digits are the shortest that read back to the
+same value (Java 17's ``Float.toString(1e16f)`` writes ``1.00000003E16`` and ``Double.MIN_VALUE`` ``4.9E-324``,
+where this writes ``1.0E16`` and ``5.0E-324``; Java 19+ writes the shortest digits too).
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -102,6 +103,7 @@ _UTC_NAMES = {"utc", "z", "gmt", "ut", "etc/utc", "etc/gmt", "etc/uct", "uct", "
 _JAVA_OFFSET_ZONE = re.compile(r"^(?:GMT|UTC|UT)?([+-])(\d{1,2})(?::?(\d{2}))?(?::?(\d{2}))?$", re.IGNORECASE)
 
 
+@functools.lru_cache(maxsize=64)
 def arrow_time_zone(zone: str) -> str:
     """A Java/Spark time zone id as pyarrow knows it: region ids as they are, ``UTC``/``Z``/``GMT`` as UTC,
     ``GMT+08:00``/``UTC+8``/``+0800`` as ``+08:00``. UsageError when pyarrow's time zone database lacks it."""
@@ -374,7 +376,8 @@ def _local(values: pa.Array, zone: str | None) -> tuple[pa.Array, pa.Array | int
         return values.cast(pa.timestamp("s")), None
     if t.tz is None:
         return values, None
-    if zone is not None and zone != t.tz:
+    zone = zone if zone is not None else arrow_time_zone(t.tz)  # Spark may name the session's zone "GMT+08:00"
+    if zone != t.tz:
         values = values.cast(pa.timestamp(t.unit, tz=zone))
     if values.type.tz == "UTC":
         return values.cast(pa.timestamp(t.unit)), 0

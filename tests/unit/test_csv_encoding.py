@@ -237,6 +237,11 @@ def test_time_zone_option_and_the_columns_own_zone() -> None:
     assert encode({}, batch) == "2024-01-01T13:00:00.000+01:00\n"  # Spark hands Python the session time zone
     assert encode({"timeZone": "America/New_York"}, batch) == "2024-01-01T07:00:00.000-05:00\n"
     assert encode({"timeZone": "GMT+08:00"}, batch) == "2024-01-01T20:00:00.000+08:00\n"
+    # A session time zone spelt the Java way reaches Python as the column's zone.
+    java_zone = pa.record_batch({"ts": batch.column(0).cast(pa.timestamp("us", tz="GMT+08:00"))})
+    assert encode({}, java_zone) == "2024-01-01T20:00:00.000+08:00\n"
+    assert encode({}, pa.record_batch({"ts": batch.column(0).cast(pa.timestamp("us", tz="Etc/UTC"))})) == (
+        "2024-01-01T12:00:00.000Z\n")
 
 
 def test_a_schema_without_columns_is_refused() -> None:
