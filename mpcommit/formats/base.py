@@ -63,12 +63,8 @@ class Options:
         return found[0][1] if found else None
 
     def text(self, *names: str, default: str) -> str:
-        got = self._take(*names)
-        if got is None or got[1] is None:
-            return default
-        if not isinstance(got[1], str):
-            raise UsageError(f"{self._what} option {got[0]!r} must be a string, got {got[1]!r}")
-        return got[1]
+        value = self.optional_text(*names)
+        return default if value is None else value
 
     def optional_text(self, *names: str) -> str | None:
         """Like :meth:`text`, but None when the option is absent (so that an explicit "" can be told apart)."""
