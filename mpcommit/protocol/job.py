@@ -32,7 +32,8 @@ class Job:
     """One write (or compaction) job on one destination, as seen by the driver."""
 
     def __init__(self, spec: JobSpec, descriptor: JobDescriptor, *, store: S3Store,
-                 commit_threads: int = DEFAULT_COMMIT_THREADS, progress: ProgressHook | None = None):
+                 commit_threads: int = DEFAULT_COMMIT_THREADS, progress: ProgressHook | None = None,
+                 overwrite_bucket_root: bool = False):
         self.spec = spec
         self.descriptor = descriptor
         self.store = store
@@ -41,7 +42,7 @@ class Job:
         self._finished: str | None = None
         self.created_at = time.monotonic()
         #: The caller's explicit consent to an overwrite that replaces the whole bucket (see Job.create).
-        self.overwrite_bucket_root = False
+        self.overwrite_bucket_root = overwrite_bucket_root
 
     @property
     def job_id(self) -> str:
@@ -112,9 +113,8 @@ class Job:
             # Anything else is a job id already in use.
             if store.get_object(destination.bucket, spec.paths.descriptor) != descriptor.to_bytes():
                 raise
-        job = cls(spec, descriptor, store=store, commit_threads=commit_threads, progress=progress)
-        job.overwrite_bucket_root = overwrite_bucket_root
-        return job
+        return cls(spec, descriptor, store=store, commit_threads=commit_threads, progress=progress,
+                   overwrite_bucket_root=overwrite_bucket_root)
 
     @classmethod
     def open(cls, uri: str, job_id: str, *, s3: S3Options | None = None, commit_threads: int = DEFAULT_COMMIT_THREADS,
@@ -128,9 +128,8 @@ class Job:
         descriptor = JobDescriptor.from_bytes(data, where=f"s3://{destination.bucket}/{paths.descriptor}",
                                               destination=destination, job_id=job_id)
         spec = JobSpec(job_id=job_id, destination=destination, s3=options)
-        job = cls(spec, descriptor, store=store, commit_threads=commit_threads)
-        job.overwrite_bucket_root = overwrite_bucket_root
-        return job
+        return cls(spec, descriptor, store=store, commit_threads=commit_threads,
+                   overwrite_bucket_root=overwrite_bucket_root)
 
     def commit(self, results: Sequence[TaskResult], *, extra_timings: dict[str, float] | None = None,
                delete: Sequence[DeleteEntry] = (), table: str | TableName | None = None,
