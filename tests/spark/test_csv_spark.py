@@ -1,8 +1,8 @@
 """CSV written by ``mpcommit.spark.write`` and read back by Spark's own ``spark.read.csv`` with the same options:
 the same rows. And, where Spark's writer is deterministic, the very bytes Spark's ``df.write.csv`` writes.
 
-Spark here has no hadoop-aws, so it cannot open s3:// paths: the committed object is fetched with boto3 into a
-local folder and Spark reads that (the bytes are the committed ones; only the transport differs).
+Here the committed object is fetched with boto3 into a local folder and Spark reads that (the bytes are the
+committed ones; only the transport differs); tests/interop/test_csv_on_s3a.py reads the same cases over s3a://.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import math
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ import pytest
 from mpcommit.spark import write
 from tests.spark.support import SPARK_MARKS, assert_clean, data_keys
 from tests.support.checks import read_object
+from tests.support.spark_s3a import session_settings
 
 pytestmark = SPARK_MARKS
 
@@ -61,18 +61,6 @@ def frame(spark: Any) -> Any:
 @pytest.fixture
 def store(moto_backend: Any) -> Any:
     return moto_backend
-
-
-@pytest.fixture
-def session_time_zone(spark: Any) -> Iterator[Any]:
-    """Set the session time zone for one test, then put it back."""
-    before = spark.conf.get("spark.sql.session.timeZone")
-
-    def use(zone: str) -> None:
-        spark.conf.set("spark.sql.session.timeZone", zone)
-
-    yield use
-    spark.conf.set("spark.sql.session.timeZone", before)
 
 
 def committed_csv(store: Any, frame: Any, options: dict[str, str], folder: Path) -> Path:
@@ -136,13 +124,12 @@ def test_spark_reads_back_the_rows_written(spark, frame, store, tmp_path, option
     assert spark_rows(spark, frame, folder, options) == expected(frame, options)
 
 
-def test_spark_reads_back_the_rows_written_in_another_session_time_zone(spark, frame, store, tmp_path,  # noqa: ANN001
-                                                                         session_time_zone) -> None:
-    session_time_zone("America/Los_Angeles")
-    folder = tmp_path / "ours"
-    path = committed_csv(store, frame, {"nullValue": "\\N"}, folder)
-    assert "2024-06-14T18:02:03.456-07:00" in path.read_text()  # the session's zone, as Spark writes it
-    assert spark_rows(spark, frame, folder, {"nullValue": "\\N"}) == expected(frame, {"nullValue": "\\N"})
+def test_spark_reads_back_the_rows_written_in_another_session_time_zone(spark, frame, store, tmp_path) -> None:  # noqa: ANN001
+    with session_settings(spark, {"spark.sql.session.timeZone": "America/Los_Angeles"}):
+        folder = tmp_path / "ours"
+        path = committed_csv(store, frame, {"nullValue": "\\N"}, folder)
+        assert "2024-06-14T18:02:03.456-07:00" in path.read_text()  # the session's zone, as Spark writes it
+        assert spark_rows(spark, frame, folder, {"nullValue": "\\N"}) == expected(frame, {"nullValue": "\\N"})
 
 
 #: Option sets under which Spark's writer is compared byte for byte. Spark trims whitespace by default when
