@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -29,6 +28,7 @@ from ..options import S3Options
 from ..protocol.layout import JobPaths
 from ..protocol.records.job import MergedFile
 from ..protocol.records.manifest import PendingUpload, StagedFile, TaskManifest, TaskResult, merge_rows
+from ..store.pool import run_bounded
 from ..store.s3 import S3Store, store_for
 from .executor import run_merge
 from .formats import FileKind, Format, detect_kind, prepare
@@ -199,8 +199,9 @@ Runner = Callable[[list[BinJob]], list[BinOutcome]]
 
 
 def run_on_threads(jobs: list[BinJob], *, threads: int = DEFAULT_MERGE_BINS_IN_PARALLEL) -> list[BinOutcome]:
-    with ThreadPoolExecutor(max(1, min(threads, len(jobs) or 1)), thread_name_prefix="mpcommit-merge-bin") as pool:
-        return list(pool.map(run_bin, jobs))
+    outcomes: list[BinOutcome] = []
+    run_bounded(run_bin, jobs, threads=threads, on_result=lambda _job, outcome: outcomes.append(outcome))
+    return outcomes
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ that the job commit completes it (or aborts it) with everything else. The abort 
 the upload exists: any failure -- a source that changed, a part refused, a format error in the stream --
 aborts it and raises, leaving the sources untouched.
 
-Parts run in parallel on an executor; pass :class:`SerialExecutor` to make failure tests deterministic.
+Parts run in parallel on an executor; pass :class:`~mpcommit.store.pool.SerialExecutor` to make failure tests
+deterministic.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from ..errors import MpcommitError, NoSuchKeyError, PreconditionFailedError
 from ..protocol.records.manifest import Part, PendingUpload
@@ -87,18 +88,6 @@ class MergeStats:
     def to_json(self) -> dict[str, int]:
         return {"fetched": self.fetched, "uploaded": self.uploaded, "copied": self.copied,
                 "throughClient": self.through_client}
-
-
-class SerialExecutor(Executor):
-    """Runs every submitted call at once, in the caller's thread: deterministic order for tests."""
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:  # type: ignore[override]
-        future: Future = Future()
-        try:
-            future.set_result(fn(*args, **kwargs))
-        except BaseException as exc:  # noqa: BLE001 - delivered through the future
-            future.set_exception(exc)
-        return future
 
 
 class _Identity:

@@ -14,8 +14,8 @@
 
 from __future__ import annotations
 
+import functools
 import secrets
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -31,6 +31,7 @@ from ..protocol.job import Job
 from ..protocol.layout import Destination, data_file_name, is_hidden_key, new_job_id, parse_uri
 from ..protocol.records.job import DeleteEntry
 from ..protocol.records.manifest import INLINE_MAX_PARTS, PendingUpload, TaskManifest, TaskResult
+from ..store.pool import ProgressHook, run_bounded
 from ..store.s3 import S3Store, store_for
 from .errors import MergeError, SourceChangedError
 from .executor import DEFAULT_MERGE_THREADS, MergeStats, run_merge
@@ -40,10 +41,6 @@ from .planner import Bin, Candidate, MergePolicy, plan_bins
 
 #: Bins merged at once (each runs its parts on the shared part pool).
 DEFAULT_BIN_THREADS = 4
-
-#: ``progress(step, done, total)``; ``total`` is 0 when unknown.
-Progress = Callable[[str, int, int], None]
-
 
 class BinStatus(str, Enum):
     PLANNED = "planned"   # dry run
@@ -116,7 +113,7 @@ class CompactionReport:
         }
 
 
-def _noop(_step: str, _done: int, _total: int) -> None:
+def _noop(_step: str, _done: int, _total: int | None) -> None:
     pass
 
 
@@ -176,7 +173,7 @@ def compact(
     small_file_avg: int | str | None = None,
     format: Format | str | None = None,  # noqa: A002 - the CLI's name for it
     dry_run: bool = False,
-    progress: Progress | None = None,
+    progress: ProgressHook | None = None,
     store: S3Store | None = None,
     threads: int = DEFAULT_MERGE_THREADS,
     bin_threads: int = DEFAULT_BIN_THREADS,
@@ -232,7 +229,7 @@ def compact(
         outcomes = _merge_all(job, store, planned, parts_pool, stats, bin_threads, progress)
         timings["merge"] = time.monotonic() - t
         t = time.monotonic()
-        outcomes = _verify_sources(store, destination.bucket, planned, outcomes, parts_pool, listing.under)
+        outcomes = _verify_sources(store, destination.bucket, planned, outcomes, parts_pool, threads, listing.under)
         timings["verify"] = time.monotonic() - t
     except BaseException:
         job.abort()
@@ -286,25 +283,23 @@ def _pending_of(result: TaskResult) -> PendingUpload | None:
 
 
 def _merge_all(job: Job, store: S3Store, planned: list[_Planned], parts_pool: Executor, stats: MergeStats,
-               bin_threads: int, progress: Progress) -> list[TaskResult | MergeError]:
-    done = 0
-    lock = threading.Lock()
-
+               bin_threads: int, progress: ProgressHook) -> list[TaskResult | MergeError]:
     def one(p: _Planned) -> TaskResult | MergeError:
-        nonlocal done
         try:
             return _merge_bin(job, store, p, parts_pool, stats)
         except MergeError as exc:
             return exc
         except MpcommitError as exc:  # a store failure on this bin: skip it, like any other
             return MergeError(f"bin {p.number} ({p.output}) not merged: {exc}")
-        finally:
-            with lock:
-                done += 1
-                progress("merge", done, len(planned))
 
-    with ThreadPoolExecutor(max(1, bin_threads), thread_name_prefix="mpcommit-bin") as bins_pool:
-        return list(bins_pool.map(one, planned))
+    outcomes: dict[int, TaskResult | MergeError] = {}
+
+    def keep(p: _Planned, outcome: TaskResult | MergeError) -> None:
+        outcomes[p.number] = outcome
+
+    run_bounded(one, planned, threads=bin_threads, on_result=keep, progress=progress, phase="merge",
+                total=len(planned))
+    return [outcomes[p.number] for p in planned]
 
 
 def _merge_bin(job: Job, store: S3Store, p: _Planned, parts_pool: Executor, stats: MergeStats) -> TaskResult:
@@ -341,7 +336,7 @@ def record_uploads(job: Job, task_id: int, uploads: list[PendingUpload], *, stor
 
 
 def _verify_sources(store: S3Store, bucket: str, planned: list[_Planned], outcomes: list[TaskResult | MergeError],
-                    pool: Executor, under: Counter[str]) -> list[TaskResult | MergeError]:
+                    pool: Executor, threads: int, under: Counter[str]) -> list[TaskResult | MergeError]:
     """Just before the commit: a bin whose source changed or vanished since it was merged is dropped (its
     upload aborted), so that a merged file never brings back rows deleted meanwhile. The commit's deletes
     are pinned by ETag as well; this narrows the window to the commit itself.
@@ -366,15 +361,15 @@ def _verify_sources(store: S3Store, bucket: str, planned: list[_Planned], outcom
         info = store.head_object(bucket, key)
         return {key: info.etag if info else None}
 
-    futures = []
+    checks: list[Callable[[], dict[str, str | None]]] = []
     for directory, keys in by_dir.items():
         if -(-under.get(directory, 0) // 1000) < len(keys):
-            futures.append(pool.submit(listed, directory, keys))
+            checks.append(functools.partial(listed, directory, keys))
         else:
-            futures.extend(pool.submit(headed, key) for key in keys)
+            checks.extend(functools.partial(headed, key) for key in keys)
     current: dict[str, str | None] = {}
-    for f in futures:
-        current.update(f.result())
+    run_bounded(lambda check: check(), checks, threads=threads, executor=pool,
+                on_result=lambda _check, found: current.update(found))
 
     out: list[TaskResult | MergeError] = []
     for p, o in zip(planned, outcomes):

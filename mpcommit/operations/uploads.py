@@ -26,11 +26,10 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from enum import Enum
-from typing import Any, TypeVar
+from typing import Any
 
 from ..errors import JobStateError, ManifestError, MpcommitError, NoSuchKeyError, NoSuchUploadError, UsageError
 from ..modes import JobState
@@ -46,17 +45,12 @@ from ..protocol.layout import (
 )
 from ..protocol.records.job import JobDescriptor
 from ..protocol.records.success import SuccessData
+from ..store.pool import ProgressHook, run_bounded
 from ..store.s3 import S3Store
 
 log = logging.getLogger(__name__)
 
 DEFAULT_THREADS = 16
-
-#: Called as work advances with (phase, done, total); ``total`` is None while unknown (listing).
-#: Phases: "list", "jobs", "size", "abort".
-ProgressHook = Callable[[str, int, "int | None"], None]
-
-T = TypeVar("T")
 
 
 class OperationCancelledError(MpcommitError):
@@ -342,19 +336,13 @@ def find_owning_jobs(store: S3Store, bucket: str, uploads: Sequence[InProgressUp
         return None
 
     jobs: dict[str, OwningJob] = {}
-    probed = 0
 
-    def collect(_index: int, future: Future[OwningJob | None]) -> bool:
-        nonlocal probed
-        found = future.result()
+    def keep(_index: int, found: OwningJob | None) -> None:
         if found is not None:
             jobs[found.job_id] = found
-        probed += 1
-        if progress:
-            progress("jobs", probed, len(job_ids))
-        return True
 
-    if not _parallel(range(len(job_ids)), probe, collect, threads=threads, cancel=cancel):
+    if not run_bounded(probe, range(len(job_ids)), threads=threads, on_result=keep, cancel=cancel,
+                       progress=progress, phase="jobs", total=len(job_ids)):
         raise OperationCancelledError("cancelled while reading job records; nothing was changed")
     return jobs
 
@@ -441,26 +429,19 @@ def measure(store: S3Store, bucket: str, uploads: Sequence[InProgressUpload], *,
     (unmeasured ones are returned as they were)."""
     out: list[InProgressUpload | None] = list(uploads)
 
-    def one(index: int) -> tuple[int, InProgressUpload | None]:
+    def one(index: int) -> InProgressUpload | None:
         u = uploads[index]
         try:
             parts = list(store.list_parts(bucket, u.key, u.upload_id))
         except NoSuchUploadError:
-            return index, None
-        return index, replace(u, parts=len(parts), bytes=sum(size for _n, size, _e in parts))
+            return None
+        return replace(u, parts=len(parts), bytes=sum(size for _n, size, _e in parts))
 
-    done = 0
+    def keep(index: int, measured: InProgressUpload | None) -> None:
+        out[index] = measured
 
-    def collect(_index: int, future: Future[tuple[int, InProgressUpload | None]]) -> bool:
-        nonlocal done
-        index, value = future.result()  # a failure other than NoSuchUpload propagates
-        out[index] = value
-        done += 1
-        if progress:
-            progress("size", done, len(uploads))
-        return True
-
-    complete = _parallel(range(len(uploads)), one, collect, threads=threads, cancel=cancel)
+    complete = run_bounded(one, range(len(uploads)), threads=threads, on_result=keep, cancel=cancel,
+                           progress=progress, phase="size", total=len(uploads))
     return out, complete
 
 
@@ -554,20 +535,14 @@ def abort_uploads(store: S3Store, bucket: str, uploads: Sequence[InProgressUploa
             failed.set()
             return AbortResult(u, AbortOutcome.FAILED, " ".join(str(exc).split()))
 
-    done = 0
-
-    def collect(index: int, future: Future[AbortResult]) -> bool:
-        nonlocal done
-        result = future.result()
+    def keep(index: int, result: AbortResult) -> bool:
         results[index] = result
-        done += 1
         if on_result:
             on_result(result)
-        if progress:
-            progress("abort", done, len(uploads))
         return result.outcome is not AbortOutcome.FAILED
 
-    complete = _parallel(range(len(uploads)), one, collect, threads=threads, cancel=cancel)
+    complete = run_bounded(one, range(len(uploads)), threads=threads, on_result=keep, cancel=cancel,
+                           progress=progress, phase="abort", total=len(uploads))
     ordered = []
     for index, u in enumerate(uploads):
         if index in results:
@@ -651,45 +626,3 @@ def cleanup(
     report.cancelled = not finished
     report.seconds = time.monotonic() - t0
     return report
-
-
-# ---------------------------------------------------------------- a bounded, cancellable pool
-def _parallel(items: Iterable[int], fn: Callable[[int], T], collect: Callable[[int, Future[T]], bool], *,
-              threads: int, cancel: threading.Event | None) -> bool:
-    """Run ``fn`` over ``items`` with at most ``2 * threads`` submitted at once, handing each finished future
-    to ``collect`` on this thread. Stops submitting when ``cancel`` is set or ``collect`` returns False; what
-    is in flight always finishes. Returns False when stopped by ``cancel``; exceptions from ``collect``
-    propagate after in-flight work ends."""
-    threads = max(1, threads)
-    iterator = iter(items)
-    pending = next(iterator, None)
-    stopped_by_cancel = False
-    stop = pending is None
-    error: BaseException | None = None
-    with ThreadPoolExecutor(threads, thread_name_prefix="mpcommit-uploads") as pool:
-        inflight: dict[Future[T], int] = {}
-        while True:
-            while not stop and len(inflight) < 2 * threads:
-                if cancel is not None and cancel.is_set():
-                    stop = stopped_by_cancel = True
-                    break
-                assert pending is not None
-                inflight[pool.submit(fn, pending)] = pending
-                pending = next(iterator, None)
-                stop = pending is None
-            if not inflight:
-                break
-            finished, _ = wait(inflight, return_when=FIRST_COMPLETED)
-            for future in finished:
-                item = inflight.pop(future)
-                if error is not None:
-                    continue
-                try:
-                    if not collect(item, future):
-                        stop = True
-                except BaseException as exc:  # noqa: BLE001 - re-raised once in-flight work has ended
-                    error = exc
-                    stop = True
-    if error is not None:
-        raise error
-    return not stopped_by_cancel

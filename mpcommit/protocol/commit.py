@@ -19,8 +19,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -35,7 +34,8 @@ from ..errors import (
     ProtocolError,
 )
 from ..modes import CommitOutcome, PartitionOverwrite, WriteMode
-from ..store.s3 import DELETE_BATCH, CompletedPart, S3Store
+from ..store.pool import ProgressHook, run_bounded
+from ..store.s3 import DELETE_BATCH, CompletedPart, S3Store, UploadInfo
 from . import faults
 from .layout import Destination, JobPaths, is_hidden_key, job_id_of_key
 from .records.job import CommitJournal, DeleteEntry, JobDescriptor, MergedFile
@@ -48,9 +48,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_COMMIT_THREADS = 32
-
-#: Called after each step with (step name, done, total); used by progress bars and fault-injection tests.
-ProgressHook = Callable[[str, int, int], None]
+#: Completes queued per commit thread: a deep queue keeps the threads busy while the driver reads the next
+#: manifest, and still bounds what the driver holds (manifests are read one at a time, as their turn comes).
+COMPLETES_QUEUED_PER_THREAD = 4
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ class AbortReport:
     deleted_records: int
 
 
-def _noop(_step: str, _done: int, _total: int) -> None:
+def _noop(_step: str, _done: int, _total: int | None) -> None:
     pass
 
 
@@ -253,7 +253,7 @@ class JobCommitter:
             for merged_file in journal.merged:
                 yield merged_file.upload
 
-        def account(item: PendingUpload | StagedFile) -> None:
+        def account(item: PendingUpload | StagedFile, _placed: None) -> None:
             nonlocal total_bytes
             if isinstance(item, PendingUpload):
                 winners.add((item.key, item.upload_id))
@@ -265,10 +265,10 @@ class JobCommitter:
             rows_in.append(item.rows)
             per_partition[item.partition] = (files_in + 1, bytes_in + item.size, rows_in)
 
-        done = _run_bounded(self.threads, uploads(), self._place, on_done=account,
-                            progress=lambda n: self.progress("complete", n, 0))
+        run_bounded(self._place, uploads(), threads=self.threads, on_result=account,
+                    window=COMPLETES_QUEUED_PER_THREAD * self.threads, progress=self.progress, phase="complete")
         timings["complete"] = time.monotonic() - t
-        self.progress("completed", done, done)
+        self.progress("completed", len(filenames), len(filenames))
 
         t = time.monotonic()
         deleted = self._replace_old(journal, cutoff)
@@ -308,7 +308,7 @@ class JobCommitter:
             partition_stats=dict(success.partition_stats or {}),
         )
 
-    def _place(self, item: PendingUpload | StagedFile) -> PendingUpload | StagedFile:
+    def _place(self, item: PendingUpload | StagedFile) -> None:
         if isinstance(item, StagedFile):
             self._move_staged(item)
         else:
@@ -317,7 +317,6 @@ class JobCommitter:
             self._completed += 1
             n = self._completed
         faults.checkpoint("commit.after_complete", n)
-        return item
 
     def _complete(self, upload: PendingUpload) -> None:
         bucket = self.destination.bucket
@@ -358,7 +357,8 @@ class JobCommitter:
         replace step lists again after the completes, which is what decides; this listing only proves it can."""
         bucket = self.destination.bucket
         try:
-            _run_bounded(self.threads, replace, lambda rel: self.store.list_objects(bucket, self._scope_prefix(rel)))
+            run_bounded(lambda rel: self.store.list_objects(bucket, self._scope_prefix(rel)), replace,
+                        threads=self.threads)
         except MpcommitError as exc:
             raise CommitFailedError(f"job {self.job_id} was not committed, nothing was made visible and no old "
                                     f"data was deleted: {exc}") from exc
@@ -423,8 +423,15 @@ class JobCommitter:
             u for u in self.store.list_multipart_uploads(bucket, self.destination.root)
             if job_id_of_key(self.destination, u.key) == self.job_id and (u.key, u.upload_id) not in exclude
         ]
-        return sum(_run_bounded(self.threads, doomed, lambda u: self.store.abort_multipart_upload(bucket, u.key, u.upload_id),
-                                collect=True))
+        aborted = 0
+
+        def count(_upload: UploadInfo, was_pending: bool) -> None:
+            nonlocal aborted
+            aborted += was_pending
+
+        run_bounded(lambda u: self.store.abort_multipart_upload(bucket, u.key, u.upload_id), doomed,
+                    threads=self.threads, on_result=count)
+        return aborted
 
     def _remove_records(self, *, journal_first: bool) -> int:
         """Delete the job's hidden prefix. The journal goes first: leftover manifests without a journal are
@@ -503,45 +510,3 @@ def _etag_matches(found: str, upload: PendingUpload) -> bool:
     if not all(len(p.etag.strip('"')) == 32 for p in upload.parts):
         return True
     return found.strip('"') == upload.expected_etag.strip('"')
-
-
-def _run_bounded(threads: int, items: Iterable, fn: Callable, *, on_done: Callable | None = None,
-                 progress: Callable[[int], None] | None = None, collect: bool = False) -> "int | list":
-    """Run ``fn`` over ``items`` on ``threads`` threads with a bounded window, so that items (and the
-    manifests behind them) are pulled lazily and driver memory stays bounded. Raises the first failure
-    after the in-flight calls end."""
-    results: list = []
-    done = 0
-    window = threads * 4
-    with ThreadPoolExecutor(threads, thread_name_prefix="mpcommit-commit") as pool:
-        inflight: set[Future] = set()
-        first_error: BaseException | None = None
-
-        def drain(block_until: str) -> None:
-            nonlocal done, first_error, inflight
-            finished, inflight = wait(inflight, return_when=block_until)
-            for f in finished:
-                exc = f.exception()
-                if exc is not None:
-                    first_error = first_error or exc
-                    continue
-                value = f.result()
-                done += 1
-                if on_done:
-                    on_done(value)
-                if collect:
-                    results.append(value)
-            if progress:
-                progress(done)
-
-        for item in items:
-            if first_error is not None:
-                break
-            inflight.add(pool.submit(fn, item))
-            if len(inflight) >= window:
-                drain(FIRST_COMPLETED)
-        while inflight:
-            drain(FIRST_COMPLETED)
-        if first_error is not None:
-            raise first_error
-    return results if collect else done

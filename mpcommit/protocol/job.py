@@ -20,8 +20,9 @@ from ..catalog.sync import register_commit, resolve_catalog
 from ..errors import CommitStateUnknownError, DestinationExistsError, JobStateError, PreconditionFailedError, UsageError
 from ..modes import CommitOutcome, PartitionOverwrite, WriteMode
 from ..options import S3Options, WriterSettings
+from ..store.pool import ProgressHook
 from ..store.s3 import S3Store, store_for
-from .commit import DEFAULT_COMMIT_THREADS, AbortReport, CommitReport, JobCommitter, ProgressHook
+from .commit import DEFAULT_COMMIT_THREADS, AbortReport, CommitReport, JobCommitter
 from .layout import HIDDEN_ROOT, Destination, JobPaths, check_job_id, new_job_id, parse_uri
 from .records.job import DeleteEntry, JobDescriptor, MergedFile
 from .records.manifest import TaskResult

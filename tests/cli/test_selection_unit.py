@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import threading
 import uuid
-from concurrent.futures import Future
 from datetime import datetime, timezone
 
 import pytest
@@ -18,7 +16,6 @@ from mpcommit.operations.uploads import (
     UploadScope,
     _ancestors,
     _common_directory,
-    _parallel,
     owner_of,
     plan_abort,
 )
@@ -123,35 +120,6 @@ def test_leftovers_of_a_committed_job_are_orphans():
     plan = plan_abort([upload(key(J1), 7200)], {J1: job(J1, JobState.COMMITTED, idle=1)}, older_than=3600,
                       job_id=None, now=NOW)
     assert len(plan.selected) == 1
-
-
-# ---------------------------------------------------------------- the cancellable pool
-def test_parallel_stops_submitting_when_cancelled_and_finishes_what_is_in_flight():
-    cancel = threading.Event()
-    seen: list[int] = []
-
-    def collect(item: int, future: Future[int]) -> bool:
-        seen.append(future.result())
-        if len(seen) == 5:
-            cancel.set()
-        return True
-
-    finished = _parallel(range(1000), lambda i: i, collect, threads=2, cancel=cancel)
-    assert finished is False
-    assert 5 <= len(seen) <= 5 + 4  # at most 2 * threads were in flight when it stopped
-    assert _parallel(range(10), lambda i: i, lambda i, f: True, threads=3, cancel=threading.Event()) is True
-
-
-def test_parallel_stops_at_a_failure_and_raises_it_after_in_flight_work():
-    def fn(i: int) -> int:
-        if i == 3:
-            raise RuntimeError("boom")
-        return i
-
-    done: list[int] = []
-    with pytest.raises(RuntimeError, match="boom"):
-        _parallel(range(100), fn, lambda i, f: done.append(f.result()) or True, threads=2, cancel=None)
-    assert len(done) < 100
 
 
 # ---------------------------------------------------------------- lifecycle merge

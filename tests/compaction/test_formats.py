@@ -24,7 +24,7 @@ from mpcommit.compaction.errors import (
     UnreadableSourceError,
     UnsupportedFormatError,
 )
-from mpcommit.compaction.executor import SerialExecutor, run_merge
+from mpcommit.compaction.executor import run_merge
 from mpcommit.compaction.formats import (
     Compression,
     FileKind,
@@ -36,6 +36,7 @@ from mpcommit.compaction.formats import (
 )
 from mpcommit.compaction.parts import SourceObject
 from mpcommit.sizing import MIN_PART_SIZE, MiB
+from mpcommit.store.pool import SerialExecutor
 
 from .fakes import FakeStore, etag_of
 
