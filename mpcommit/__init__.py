@@ -10,7 +10,8 @@ from .options import RetryPolicy, S3Options, WriterSettings
 from .protocol.commit import AbortReport, CommitReport
 from .protocol.job import Job
 from .protocol.records.manifest import TaskResult
-from .protocol.recovery import list_jobs, recover
+from .protocol.inventory import list_jobs
+from .protocol.recovery import recover
 from .protocol.task import JobSpec, TaskAttempt
 
 __version__ = "0.1.0"

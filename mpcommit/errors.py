@@ -142,3 +142,8 @@ class CommitStateUnknownError(MpcommitError):
         super().__init__(message)
         self.job_id = job_id
         self.destination = destination
+
+
+# ---------------------------------------------------------------- operations
+class OperationCancelledError(MpcommitError):
+    """The caller cancelled (Ctrl-C) a listing before it finished; nothing was changed."""

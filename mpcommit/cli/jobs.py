@@ -1,5 +1,5 @@
 """``mpcommit jobs list|recover|abort``: the jobs found under a destination's hidden prefix, and what to do
-with the stuck ones (see :mod:`mpcommit.protocol.recovery`)."""
+with the stuck ones (see :mod:`mpcommit.protocol.inventory` and :mod:`mpcommit.protocol.recovery`)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from ..modes import JobState
 from ..operations.uploads import DEFAULT_THREADS, UploadScope, list_uploads
 from ..protocol.commit import JobCommitter
 from ..protocol.job import Job
-from ..protocol.recovery import JobStatus, RecoveryAction, list_jobs, recover
+from ..protocol.inventory import JobStatus, list_jobs
+from ..protocol.recovery import RecoveryAction, recover
 from .common import (
     DURATION,
     JOB_ID,

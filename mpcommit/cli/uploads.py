@@ -8,12 +8,12 @@ from collections import Counter
 import click
 from rich.table import Table
 
+from ..errors import OperationCancelledError
 from ..operations.uploads import (
     DEFAULT_THREADS,
     AbortPlan,
     CleanupReport,
     InProgressUpload,
-    OperationCancelledError,
     UploadScope,
     cleanup,
     list_uploads,

@@ -16,7 +16,8 @@ Scopes are exact by default: ``s3://b/data1`` means the keys under ``data1/``, n
 caller may ask for the raw string prefix instead (:meth:`UploadScope.parse` with ``string_prefix=True``).
 Jobs are found by their records wherever they are (the nearest ancestor of the upload keys that holds
 ``_temporary/mpcommit/JOBID/``), so a scope that is a partition of a table, or a folder holding several
-tables, protects live jobs just the same.
+tables, protects live jobs just the same; their states are read by :mod:`mpcommit.protocol.inventory`, the
+same rules ``jobs list|recover`` use.
 """
 
 from __future__ import annotations
@@ -24,37 +25,22 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
 
-from ..errors import JobStateError, ManifestError, MpcommitError, NoSuchKeyError, NoSuchUploadError, UsageError
+from ..errors import JobStateError, MpcommitError, NoSuchUploadError, OperationCancelledError, UsageError
 from ..modes import JobState
-from ..protocol.layout import (
-    HIDDEN_ROOT,
-    SUCCESS_NAME,
-    Destination,
-    JobPaths,
-    check_job_id,
-    is_job_id,
-    parse_data_name,
-    parse_uri,
-)
-from ..protocol.records.job import JobDescriptor
-from ..protocol.records.success import SuccessData
+from ..protocol.inventory import JobStatus, find_owning_jobs, is_committing
+from ..protocol.layout import check_job_id, owner_of_key, parse_uri
 from ..store.pool import ProgressHook, run_bounded
 from ..store.s3 import S3Store
 
 log = logging.getLogger(__name__)
 
 DEFAULT_THREADS = 16
-
-
-class OperationCancelledError(MpcommitError):
-    """The caller cancelled (Ctrl-C) a listing before it finished; nothing was changed."""
 
 
 # ---------------------------------------------------------------- values
@@ -118,31 +104,6 @@ class InProgressUpload:
             "bytes": self.bytes,
             "jobId": self.job_id,
         }
-
-
-@dataclass(frozen=True)
-class OwningJob:
-    """What a job's records under ``ROOT_temporary/mpcommit/JOBID/`` say about it, for deciding liveness."""
-
-    job_id: str
-    bucket: str
-    root: str  # the destination's key prefix ("" or "table/")
-    state: JobState
-    records: int
-    created_ms: int | None
-    #: The newest sign of life: descriptor, any record, or any of its uploads seen in the listing (ms).
-    last_activity_ms: int | None
-    mode: str | None = None
-    purpose: str | None = None
-
-    @property
-    def destination_uri(self) -> str:
-        return Destination(self.bucket, self.root.rstrip("/")).uri
-
-    def idle_seconds(self, now: float | None = None) -> float | None:
-        if self.last_activity_ms is None:
-            return None
-        return max(0.0, (time.time() if now is None else now) - self.last_activity_ms / 1000)
 
 
 @dataclass(frozen=True)
@@ -260,137 +221,6 @@ class CleanupReport:
         }
 
 
-# ---------------------------------------------------------------- ownership
-def owner_of(key: str) -> tuple[str | None, str | None]:
-    """(job id, destination root) that a key carries: a key under ``ROOT_temporary/mpcommit/JOBID/`` names both;
-    a data file ``part-TTTTT-JOBID.cNNN.EXT`` names its job only (its root is found from the job's records)."""
-    start = 0
-    while True:
-        at = key.find(HIDDEN_ROOT, start)
-        if at < 0:
-            break
-        if at == 0 or key[at - 1] == "/":
-            candidate = key[at + len(HIDDEN_ROOT):].split("/", 1)[0]
-            if is_job_id(candidate):
-                return candidate, key[:at]
-        start = at + 1
-    parsed = parse_data_name(key.rsplit("/", 1)[-1])
-    return (parsed.job_id, None) if parsed else (None, None)
-
-
-def _ancestors(directory: str) -> list[str]:
-    """``"a/b/"`` -> ``["a/b/", "a/", ""]``: the roots a destination owning keys below ``directory`` may have."""
-    out = []
-    parts = [p for p in directory.split("/") if p]
-    for n in range(len(parts), -1, -1):
-        out.append("".join(f"{p}/" for p in parts[:n]))
-    return out
-
-
-def _common_directory(keys: Iterable[str]) -> str:
-    """The longest common directory (ending in '/', or "") of some keys."""
-    dirs = [k.rsplit("/", 1)[0] + "/" if "/" in k else "" for k in keys]
-    if not dirs:
-        return ""
-    common = dirs[0]
-    for d in dirs[1:]:
-        while not d.startswith(common):
-            common = common[:-1].rsplit("/", 1)[0] + "/" if "/" in common[:-1] else ""
-    return common
-
-
-def find_owning_jobs(store: S3Store, bucket: str, uploads: Sequence[InProgressUpload], *,
-                     threads: int = DEFAULT_THREADS, cancel: threading.Event | None = None,
-                     progress: ProgressHook | None = None) -> dict[str, OwningJob]:
-    """For each job id carried by ``uploads``, the job's records, if it still has any.
-
-    A job's destination is an ancestor of all its keys; it is probed from the nearest (the keys' common
-    directory) upwards, one small listing per level, until ``_temporary/mpcommit/JOBID/`` is found. A job
-    without records (committed, aborted, or its driver's records removed) is an orphan and is left out.
-    Jobs are probed in parallel. Raises OperationCancelledError when ``cancel`` is set before the end.
-    """
-    keys_by_job: dict[str, list[str]] = defaultdict(list)
-    newest_upload: dict[str, datetime] = {}
-    root_hint: dict[str, str] = {}
-    for u in uploads:
-        job_id, root = owner_of(u.key)
-        if job_id is None:
-            continue
-        keys_by_job[job_id].append(u.key)
-        if root is not None:
-            root_hint[job_id] = root
-        if u.initiated is not None and (job_id not in newest_upload or u.initiated > newest_upload[job_id]):
-            newest_upload[job_id] = u.initiated
-    job_ids = sorted(keys_by_job)
-    # Shared by the probing threads; a race only costs a second read of the same _SUCCESS.
-    success_cache: dict[str, SuccessData | None] = {}
-
-    def probe(index: int) -> OwningJob | None:
-        job_id = job_ids[index]
-        candidates = [root_hint[job_id]] if job_id in root_hint else _ancestors(_common_directory(keys_by_job[job_id]))
-        for root in candidates:
-            destination = Destination(bucket, root.rstrip("/"))
-            records = list(store.list_objects(bucket, JobPaths(destination, job_id).root))
-            if records:
-                return _job_from_records(store, destination, job_id, records, newest_upload.get(job_id), success_cache)
-        return None
-
-    jobs: dict[str, OwningJob] = {}
-
-    def keep(_index: int, found: OwningJob | None) -> None:
-        if found is not None:
-            jobs[found.job_id] = found
-
-    if not run_bounded(probe, range(len(job_ids)), threads=threads, on_result=keep, cancel=cancel,
-                       progress=progress, phase="jobs", total=len(job_ids)):
-        raise OperationCancelledError("cancelled while reading job records; nothing was changed")
-    return jobs
-
-
-def _job_from_records(store: S3Store, destination: Destination, job_id: str, records: list[Any],
-                      newest_upload: datetime | None, success_cache: dict[str, SuccessData | None]) -> OwningJob:
-    """The same state rules as :func:`mpcommit.protocol.recovery.list_jobs`: a journal means committing; a _SUCCESS that
-    names the job means committed; otherwise the job may still be writing."""
-    paths = JobPaths(destination, job_id)
-    keys = {o.key for o in records}
-    descriptor = None
-    if paths.descriptor in keys:
-        try:
-            descriptor = JobDescriptor.from_bytes(store.get_object(destination.bucket, paths.descriptor),
-                                                  where=paths.descriptor, destination=destination, job_id=job_id)
-        except (ManifestError, NoSuchKeyError) as exc:
-            log.warning("unreadable job descriptor s3://%s/%s: %s", destination.bucket, paths.descriptor, exc)
-    if paths.journal in keys:
-        state = JobState.COMMITTING
-    else:
-        if destination.root not in success_cache:
-            success_cache[destination.root] = _read_success(store, destination)
-        success = success_cache[destination.root]
-        state = JobState.COMMITTED if success is not None and success.job_id == job_id else JobState.WRITING
-    stamps = [int(o.last_modified.timestamp() * 1000) for o in records if o.last_modified is not None]
-    if descriptor is not None:
-        stamps.append(descriptor.created_ms)
-    if newest_upload is not None:
-        stamps.append(int(_aware(newest_upload).timestamp() * 1000))
-    return OwningJob(
-        job_id=job_id, bucket=destination.bucket, root=destination.root, state=state, records=len(records),
-        created_ms=descriptor.created_ms if descriptor else None, last_activity_ms=max(stamps) if stamps else None,
-        mode=descriptor.mode.value if descriptor else None, purpose=descriptor.purpose if descriptor else None,
-    )
-
-
-def _read_success(store: S3Store, destination: Destination) -> SuccessData | None:
-    key = f"{destination.root}{SUCCESS_NAME}"
-    try:
-        return SuccessData.from_bytes(store.get_object(destination.bucket, key), where=f"s3://{destination.bucket}/{key}")
-    except (NoSuchKeyError, ManifestError):
-        return None
-
-
-def _aware(value: datetime) -> datetime:
-    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
-
-
 # ---------------------------------------------------------------- listing
 def list_uploads(store: S3Store, scope: UploadScope, *, older_than: float | None = None, sizes: bool = True,
                  threads: int = DEFAULT_THREADS, cancel: threading.Event | None = None,
@@ -403,7 +233,7 @@ def list_uploads(store: S3Store, scope: UploadScope, *, older_than: float | None
     for info in store.list_multipart_uploads(scope.bucket, scope.prefix):
         if cancel is not None and cancel.is_set():
             raise OperationCancelledError(f"cancelled after listing {len(found)} uploads; nothing was changed")
-        upload = InProgressUpload(info.key, info.upload_id, info.initiated, owner_of(info.key)[0])
+        upload = InProgressUpload(info.key, info.upload_id, info.initiated, owner_of_key(info.key).job_id)
         if older_than is not None:
             age = upload.age_seconds(now)
             if age is None or age < older_than:
@@ -446,7 +276,7 @@ def measure(store: S3Store, bucket: str, uploads: Sequence[InProgressUpload], *,
 
 
 # ---------------------------------------------------------------- selection (pure)
-def plan_abort(uploads: Iterable[InProgressUpload], jobs: dict[str, OwningJob], *, older_than: float | None,
+def plan_abort(uploads: Iterable[InProgressUpload], jobs: dict[str, JobStatus], *, older_than: float | None,
                job_id: str | None, now: float | None = None) -> AbortPlan:
     """Choose what to abort: uploads at least ``older_than`` seconds old, or of the job ``job_id``, or both.
 
@@ -475,7 +305,7 @@ def plan_abort(uploads: Iterable[InProgressUpload], jobs: dict[str, OwningJob], 
         if job is not None:
             if job.state is JobState.COMMITTING:
                 protected.append(ProtectedUpload(u, (
-                    f"job {job.job_id} is committing: finish it with `mpcommit jobs recover {job.destination_uri} "
+                    f"job {job.job_id} is committing: finish it with `mpcommit jobs recover {job.destination.uri} "
                     f"--job {job.job_id}`")))
                 continue
             if job.state is JobState.WRITING and u.job_id != job_id:
@@ -497,7 +327,7 @@ def _short_duration(seconds: float) -> str:
 
 
 # ---------------------------------------------------------------- aborting
-def abort_uploads(store: S3Store, bucket: str, uploads: Sequence[InProgressUpload], jobs: dict[str, OwningJob] | None = None,
+def abort_uploads(store: S3Store, bucket: str, uploads: Sequence[InProgressUpload], jobs: dict[str, JobStatus] | None = None,
                   *, threads: int = DEFAULT_THREADS, cancel: threading.Event | None = None,
                   progress: ProgressHook | None = None,
                   on_result: Callable[[AbortResult], None] | None = None) -> tuple[list[AbortResult], bool]:
@@ -514,11 +344,10 @@ def abort_uploads(store: S3Store, bucket: str, uploads: Sequence[InProgressUploa
     committing_lock = threading.Lock()
     failed = threading.Event()
 
-    def started_committing(job: OwningJob) -> bool:
+    def started_committing(job: JobStatus) -> bool:
         with committing_lock:
             if job.job_id not in committing:
-                journal = JobPaths(Destination(job.bucket, job.root.rstrip("/")), job.job_id).journal
-                committing[job.job_id] = store.head_object(job.bucket, journal) is not None
+                committing[job.job_id] = is_committing(store, job)
             return committing[job.job_id]
 
     def one(index: int) -> AbortResult:
@@ -527,7 +356,7 @@ def abort_uploads(store: S3Store, bucket: str, uploads: Sequence[InProgressUploa
         try:
             if job is not None and started_committing(job):
                 return AbortResult(u, AbortOutcome.SKIPPED,
-                                   f"job {job.job_id} started committing: run `mpcommit jobs recover {job.destination_uri}`")
+                                   f"job {job.job_id} started committing: run `mpcommit jobs recover {job.destination.uri}`")
             if store.abort_multipart_upload(bucket, u.key, u.upload_id):
                 return AbortResult(u, AbortOutcome.ABORTED)
             return AbortResult(u, AbortOutcome.VANISHED, "no longer pending (completed, or aborted by someone else)")
@@ -594,7 +423,7 @@ def cleanup(
     if named is not None and named.state is JobState.COMMITTING:
         raise JobStateError(
             f"job {job_id} is committing: its pending uploads are the data being committed and must not be "
-            f"aborted. Finish it with `mpcommit jobs recover {named.destination_uri} --job {job_id}`."
+            f"aborted. Finish it with `mpcommit jobs recover {named.destination.uri} --job {job_id}`."
         )
     now = time.time()
     plan = plan_abort(listed, jobs, older_than=older_than, job_id=job_id, now=now)

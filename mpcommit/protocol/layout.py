@@ -10,6 +10,7 @@ import re
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 from urllib.parse import unquote
 
 from ..errors import InvalidUriError, UsageError
@@ -156,10 +157,13 @@ class JobPaths:
 
 def job_id_of_hidden_key(destination: Destination, key: str) -> str | None:
     """The job id of a key under the destination's hidden prefix, else None."""
-    hidden = destination.hidden_root
-    if not key.startswith(hidden):
+    return _job_id_below(destination.hidden_root, key)
+
+
+def _job_id_below(hidden_root: str, key: str) -> str | None:
+    if not key.startswith(hidden_root):
         return None
-    candidate = key[len(hidden):].split("/", 1)[0]
+    candidate = key[len(hidden_root):].split("/", 1)[0]
     return candidate if is_job_id(candidate) else None
 
 
@@ -189,11 +193,33 @@ def parse_data_name(name: str) -> DataName | None:
 
 def job_id_of_key(destination: Destination, key: str) -> str | None:
     """The job that owns ``key``: by the data file name, or by the hidden prefix it sits under."""
-    hidden = job_id_of_hidden_key(destination, key)
-    if hidden:
-        return hidden
+    return job_id_of_hidden_key(destination, key) or _job_id_of_name(key)
+
+
+def _job_id_of_name(key: str) -> str | None:
     parsed = parse_data_name(key.rsplit("/", 1)[-1])
     return parsed.job_id if parsed else None
+
+
+class KeyOwner(NamedTuple):
+    """The job a key carries, and the root ("" or "prefix/") of that job's destination when the key says it."""
+
+    job_id: str | None
+    root: str | None
+
+
+def owner_of_key(key: str) -> KeyOwner:
+    """:func:`job_id_of_key` for a key whose destination is not known (a listing of pending uploads over any
+    prefix): a key under some ``ROOT_temporary/mpcommit/JOBID/`` names the job and ROOT; a data file
+    ``part-TTTTT-JOBID.cNNN.EXT`` names its job only (its root is found from the job's records)."""
+    start = 0
+    while (at := key.find(HIDDEN_ROOT, start)) >= 0:
+        if at == 0 or key[at - 1] == "/":  # a whole path segment, not "ab_temporary/..."
+            job_id = _job_id_below(key[:at] + HIDDEN_ROOT, key)
+            if job_id is not None:
+                return KeyOwner(job_id, key[:at])
+        start = at + 1
+    return KeyOwner(_job_id_of_name(key), None)
 
 
 def check_ext(ext: str) -> str:

@@ -10,15 +10,9 @@ import pytest
 from mpcommit.errors import UsageError
 from mpcommit.modes import JobState
 from mpcommit.operations.lifecycle import RULE_ID, Change, abort_rules, merge
-from mpcommit.operations.uploads import (
-    InProgressUpload,
-    OwningJob,
-    UploadScope,
-    _ancestors,
-    _common_directory,
-    owner_of,
-    plan_abort,
-)
+from mpcommit.operations.uploads import InProgressUpload, UploadScope, plan_abort
+from mpcommit.protocol.inventory import JobStatus, _ancestors, _common_directory
+from mpcommit.protocol.layout import Destination, owner_of_key
 
 NOW = 1_800_000_000.0
 J1, J2 = str(uuid.uuid4()), str(uuid.uuid4())
@@ -26,12 +20,12 @@ J1, J2 = str(uuid.uuid4()), str(uuid.uuid4())
 
 def upload(key: str, age: float | None, job: str | None = None) -> InProgressUpload:
     initiated = None if age is None else datetime.fromtimestamp(NOW - age, timezone.utc)
-    return InProgressUpload(key, f"id-{key}-{age}", initiated, job if job is not None else owner_of(key)[0])
+    return InProgressUpload(key, f"id-{key}-{age}", initiated, job if job is not None else owner_of_key(key)[0])
 
 
-def job(job_id: str, state: JobState, idle: float | None) -> OwningJob:
+def job(job_id: str, state: JobState, idle: float | None) -> JobStatus:
     activity = None if idle is None else int((NOW - idle) * 1000)
-    return OwningJob(job_id, "b", "t/", state, 3, activity, activity)
+    return JobStatus(job_id, Destination("b", "t"), state, records=3, created_ms=activity, last_activity_ms=activity)
 
 
 def key(job_id: str, n: int = 0) -> str:
@@ -52,12 +46,12 @@ def test_scope_is_a_folder_unless_string_prefix_is_asked_for():
 
 
 def test_owner_of_reads_the_job_from_data_names_and_hidden_prefixes():
-    assert owner_of(key(J1)) == (J1, None)
-    assert owner_of(f"a/b/_temporary/mpcommit/{J1}/staged/x") == (J1, "a/b/")
-    assert owner_of(f"_temporary/mpcommit/{J1}/job.json") == (J1, "")
-    assert owner_of(f"ab_temporary/mpcommit/{J1}/x") == (None, None)  # not a path segment
-    assert owner_of("t/part-00000.snappy.parquet") == (None, None)  # Spark's own names carry no mpcommit job
-    assert owner_of("t/whatever.bin") == (None, None)
+    assert owner_of_key(key(J1)) == (J1, None)
+    assert owner_of_key(f"a/b/_temporary/mpcommit/{J1}/staged/x") == (J1, "a/b/")
+    assert owner_of_key(f"_temporary/mpcommit/{J1}/job.json") == (J1, "")
+    assert owner_of_key(f"ab_temporary/mpcommit/{J1}/x") == (None, None)  # not a path segment
+    assert owner_of_key("t/part-00000.snappy.parquet") == (None, None)  # Spark's own names carry no mpcommit job
+    assert owner_of_key("t/whatever.bin") == (None, None)
 
 
 def test_candidate_roots_are_the_common_folder_and_its_ancestors():

@@ -19,7 +19,8 @@ from mpcommit.errors import (
 from mpcommit.modes import CommitOutcome
 from mpcommit.options import WriterSettings
 from mpcommit.protocol import faults
-from mpcommit.protocol.recovery import list_jobs, recover
+from mpcommit.protocol.inventory import list_jobs
+from mpcommit.protocol.recovery import recover
 from mpcommit.sizing import MiB
 from tests.support.checks import all_keys, pending_uploads, read_object, visible_keys
 

@@ -17,7 +17,7 @@ from mpcommit import Job
 from mpcommit.cli.main import cli
 from mpcommit.compaction import compact
 from mpcommit.protocol.layout import parse_uri
-from mpcommit.protocol.recovery import list_jobs
+from mpcommit.protocol.inventory import list_jobs
 from mpcommit.store import store_for
 from tests.support.checks import visible_keys
 

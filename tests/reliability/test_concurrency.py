@@ -25,7 +25,8 @@ from mpcommit.errors import MpcommitError, NoSuchUploadError
 from mpcommit.modes import JobState
 from mpcommit.operations.uploads import UploadScope, cleanup, list_uploads
 from mpcommit.protocol.layout import Destination, job_id_of_key
-from mpcommit.protocol.recovery import list_jobs, recover
+from mpcommit.protocol.inventory import list_jobs
+from mpcommit.protocol.recovery import recover
 from mpcommit.sizing import MiB
 from tests.reliability.crash_driver import SMALL_PARTS
 from tests.support.checks import pending_uploads

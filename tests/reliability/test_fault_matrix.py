@@ -22,7 +22,8 @@ from mpcommit import Job
 from mpcommit.errors import CommitStateUnknownError, JobStateError
 from mpcommit.protocol import faults
 from mpcommit.protocol.records.manifest import TaskResult
-from mpcommit.protocol.recovery import list_jobs, recover
+from mpcommit.protocol.inventory import list_jobs
+from mpcommit.protocol.recovery import recover
 from tests.reliability import crash_driver as plan
 from tests.reliability.scene import (
     DELETE_BATCH,

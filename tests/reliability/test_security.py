@@ -21,7 +21,8 @@ from mpcommit import Job, RetryPolicy, S3Options
 from mpcommit.errors import MpcommitError
 from mpcommit.protocol import faults
 from mpcommit.protocol.layout import Destination
-from mpcommit.protocol.recovery import list_jobs, recover
+from mpcommit.protocol.inventory import list_jobs
+from mpcommit.protocol.recovery import recover
 from mpcommit.sizing import crc32_b64
 from mpcommit.store.s3 import CompletedPart, S3Store, store_for
 from tests.support.checks import all_keys, read_object

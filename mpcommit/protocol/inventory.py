@@ -1,0 +1,225 @@
+"""The jobs under a destination, as their records tell them: which exist, their state, age and last sign of
+life, and the job a key belongs to.
+
+The one place these rules live. ``jobs list|recover`` (:mod:`.recovery`), ``uploads list|abort``
+(:mod:`mpcommit.operations.uploads`) and the cleanup script all decide from what this module reads, so that a
+job that one of them treats as committing or live is treated so by every other (invariant I6: nothing
+touches another job's uploads). The rules:
+
+* a job exists while it has records under ``ROOT_temporary/mpcommit/JOBID/``; a key belongs to the job its
+  name or hidden prefix carries (:func:`~.layout.job_id_of_key`, :func:`~.layout.owner_of_key`), never to a
+  prefix;
+* a journal means COMMITTING (``recover`` finishes it; nothing may clean it up); a ``_SUCCESS`` that names
+  the job means COMMITTED (only its records are left); otherwise the job may still be WRITING;
+* its age runs from its descriptor (else its oldest record), its idle time from its newest sign of life: the
+  descriptor, any record, any of its pending uploads.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from typing import Protocol
+
+from ..errors import ManifestError, NoSuchKeyError, OperationCancelledError
+from ..modes import JobState
+from ..store.pool import ProgressHook, run_bounded
+from ..store.s3 import ObjectInfo, S3Store, UploadInfo
+from .layout import Destination, JobPaths, job_id_of_hidden_key, job_id_of_key, owner_of_key
+from .records.job import JobDescriptor
+from .records.success import SuccessData
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """What a job's records say about it."""
+
+    job_id: str
+    destination: Destination
+    state: JobState
+    records: int
+    #: When the job was created (ms): its descriptor's time, else its oldest record's.
+    created_ms: int | None
+    #: The newest sign of life (ms): its descriptor, any record, any of its pending uploads that were seen.
+    last_activity_ms: int | None
+    #: Its pending uploads under the destination; None where they were not counted.
+    pending_uploads: int | None = None
+    pending_bytes: int | None = None
+    mode: str | None = None
+    purpose: str | None = None
+
+    def age_seconds(self, now: float | None = None) -> float | None:
+        return _seconds_since(self.created_ms, now)
+
+    def idle_seconds(self, now: float | None = None) -> float | None:
+        return _seconds_since(self.last_activity_ms, now)
+
+
+def _seconds_since(ms: int | None, now: float | None) -> float | None:
+    if ms is None:
+        return None
+    return max(0.0, (time.time() if now is None else now) - ms / 1000)
+
+
+class _PendingUpload(Protocol):
+    key: str
+    initiated: datetime | None
+
+
+def read_success(store: S3Store, destination: Destination) -> SuccessData | None:
+    """The destination's ``_SUCCESS``, or None when there is none or it cannot be read as one."""
+    try:
+        return SuccessData.from_bytes(store.get_object(destination.bucket, destination.success_key),
+                                      where=f"s3://{destination.bucket}/{destination.success_key}")
+    except (NoSuchKeyError, ManifestError):
+        return None
+
+
+class _SuccessFiles:
+    """Each destination's ``_SUCCESS``, read once at most (threads that race for one read it twice)."""
+
+    def __init__(self, store: S3Store):
+        self._store = store
+        self._read: dict[Destination, SuccessData | None] = {}
+
+    def of(self, destination: Destination) -> SuccessData | None:
+        if destination not in self._read:
+            self._read[destination] = read_success(self._store, destination)
+        return self._read[destination]
+
+
+def _status(store: S3Store, destination: Destination, job_id: str, records: Sequence[ObjectInfo], *,
+            successes: _SuccessFiles, uploads: Sequence[_PendingUpload], pending_uploads: int | None) -> JobStatus:
+    paths = JobPaths(destination, job_id)
+    keys = {o.key for o in records}
+    descriptor = None
+    if paths.descriptor in keys:
+        try:
+            descriptor = JobDescriptor.from_bytes(store.get_object(destination.bucket, paths.descriptor),
+                                                  where=paths.descriptor, destination=destination, job_id=job_id)
+        except (ManifestError, NoSuchKeyError) as exc:
+            log.warning("unreadable job descriptor s3://%s/%s: %s", destination.bucket, paths.descriptor, exc)
+    if paths.journal in keys:
+        state = JobState.COMMITTING
+    else:
+        success = successes.of(destination)
+        state = JobState.COMMITTED if success is not None and success.job_id == job_id else JobState.WRITING
+    record_stamps = [_ms(o.last_modified) for o in records if o.last_modified is not None]
+    upload_stamps = [_ms(u.initiated) for u in uploads if u.initiated is not None]
+    created = descriptor.created_ms if descriptor else min(record_stamps, default=None)
+    signs_of_life = record_stamps + upload_stamps + ([descriptor.created_ms] if descriptor else [])
+    return JobStatus(
+        job_id=job_id, destination=destination, state=state, records=len(records), created_ms=created,
+        last_activity_ms=max(signs_of_life, default=None), pending_uploads=pending_uploads,
+        mode=descriptor.mode.value if descriptor else None, purpose=descriptor.purpose if descriptor else None,
+    )
+
+
+def _ms(value: datetime) -> int:
+    aware = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    return int(aware.timestamp() * 1000)
+
+
+def is_committing(store: S3Store, job: JobStatus) -> bool:
+    """Whether the job's journal exists now: its commit may have started since ``job`` was read."""
+    return store.head_object(job.destination.bucket, JobPaths(job.destination, job.job_id).journal) is not None
+
+
+# ---------------------------------------------------------------- the jobs of one destination
+def list_jobs(store: S3Store, destination: Destination, *, with_bytes: bool = False) -> list[JobStatus]:
+    """Jobs that have records under the destination's hidden prefix, with their state and pending uploads
+    (their bytes too, one ListParts per upload, ``with_bytes``)."""
+    records: dict[str, list[ObjectInfo]] = defaultdict(list)
+    for obj in store.list_objects(destination.bucket, destination.hidden_root):
+        job_id = job_id_of_hidden_key(destination, obj.key)
+        if job_id is not None:
+            records[job_id].append(obj)
+    uploads: dict[str, list[UploadInfo]] = defaultdict(list)
+    for u in store.list_multipart_uploads(destination.bucket, destination.root):
+        owner = job_id_of_key(destination, u.key)
+        if owner in records:
+            uploads[owner].append(u)
+    successes = _SuccessFiles(store)
+    out = []
+    for job_id, objs in sorted(records.items()):
+        status = _status(store, destination, job_id, objs, successes=successes, uploads=uploads[job_id],
+                         pending_uploads=len(uploads[job_id]))
+        if with_bytes:
+            held = sum(size for u in uploads[job_id]
+                       for _n, size, _e in store.list_parts(destination.bucket, u.key, u.upload_id))
+            status = replace(status, pending_bytes=held)
+        out.append(status)
+    return out
+
+
+# ---------------------------------------------------------------- the jobs owning some uploads
+def find_owning_jobs(store: S3Store, bucket: str, uploads: Iterable[_PendingUpload], *, threads: int,
+                     cancel: threading.Event | None = None,
+                     progress: ProgressHook | None = None) -> dict[str, JobStatus]:
+    """For each job id that ``uploads`` (listed under any prefix of ``bucket``) carry, the job's status if it
+    still has records; a job without records (committed, aborted, or its records removed) is left out.
+
+    A job's destination is an ancestor of all its keys: it is probed from the nearest (the keys' common
+    directory) upwards, one small listing per level, until ``_temporary/mpcommit/JOBID/`` is found. Jobs are
+    probed in parallel. Raises OperationCancelledError when ``cancel`` is set before the end.
+    """
+    by_job: dict[str, list[_PendingUpload]] = defaultdict(list)
+    root_hint: dict[str, str] = {}
+    for u in uploads:
+        owner = owner_of_key(u.key)
+        if owner.job_id is None:
+            continue
+        by_job[owner.job_id].append(u)
+        if owner.root is not None:
+            root_hint[owner.job_id] = owner.root
+    successes = _SuccessFiles(store)
+
+    def probe(job_id: str) -> JobStatus | None:
+        own = by_job[job_id]
+        candidates = [root_hint[job_id]] if job_id in root_hint else _ancestors(_common_directory(u.key for u in own))
+        for root in candidates:
+            destination = Destination(bucket, root.rstrip("/"))
+            records = list(store.list_objects(bucket, JobPaths(destination, job_id).root))
+            if records:
+                return _status(store, destination, job_id, records, successes=successes, uploads=own,
+                               pending_uploads=None)
+        return None
+
+    jobs: dict[str, JobStatus] = {}
+
+    def keep(_job_id: str, found: JobStatus | None) -> None:
+        if found is not None:
+            jobs[found.job_id] = found
+
+    if not run_bounded(probe, sorted(by_job), threads=threads, on_result=keep, cancel=cancel,
+                       progress=progress, phase="jobs", total=len(by_job)):
+        raise OperationCancelledError("cancelled while reading job records; nothing was changed")
+    return jobs
+
+
+def _ancestors(directory: str) -> list[str]:
+    """``"a/b/"`` -> ``["a/b/", "a/", ""]``: the roots a destination owning keys below ``directory`` may have."""
+    out = []
+    parts = [p for p in directory.split("/") if p]
+    for n in range(len(parts), -1, -1):
+        out.append("".join(f"{p}/" for p in parts[:n]))
+    return out
+
+
+def _common_directory(keys: Iterable[str]) -> str:
+    """The longest common directory (ending in '/', or "") of some keys."""
+    dirs = [k.rsplit("/", 1)[0] + "/" if "/" in k else "" for k in keys]
+    if not dirs:
+        return ""
+    common = dirs[0]
+    for d in dirs[1:]:
+        while not d.startswith(common):
+            common = common[:-1].rsplit("/", 1)[0] + "/" if "/" in common[:-1] else ""
+    return common
