@@ -45,6 +45,34 @@ class PartitionOverwrite(str, Enum):
             raise UsageError(f"unknown partition_overwrite {value!r}: use static or dynamic") from None
 
 
+class CommitMode(str, Enum):
+    """What a commit did to the destination, as ``_SUCCESS`` and the commit report name it: the write mode,
+    an overwrite told apart by what it replaced."""
+
+    APPEND = "append"
+    OVERWRITE = "overwrite"                  # static: the whole destination replaced
+    OVERWRITE_DYNAMIC = "overwrite-dynamic"  # only the partitions the job wrote replaced
+    ERROR = "error"                          # wrote to an empty destination
+    IGNORE = "ignore"                        # wrote to an empty destination, or nothing at all
+
+    @classmethod
+    def of(cls, mode: WriteMode, partition_overwrite: PartitionOverwrite) -> "CommitMode":
+        if mode is WriteMode.OVERWRITE and partition_overwrite is PartitionOverwrite.DYNAMIC:
+            return cls.OVERWRITE_DYNAMIC
+        return cls(mode.value)
+
+    @classmethod
+    def parse(cls, value: "str | CommitMode") -> "CommitMode":
+        """From ``_SUCCESS``'s ``mode`` as written (or an enum, as it is)."""
+        if isinstance(value, CommitMode):
+            return value
+        text = str(value).strip().lower()
+        try:
+            return cls.ERROR if text == "errorifexists" else cls(text)
+        except ValueError:
+            raise UsageError(f"unknown commit mode {value!r}") from None
+
+
 class JobState(str, Enum):
     """What the records under a job's hidden prefix say about it."""
 

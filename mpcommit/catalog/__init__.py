@@ -1,7 +1,7 @@
 """Catalog registration after a commit: Hive-style partitions and their basic statistics.
 
-    report = job.commit(results, table="sales.orders")                   # AWS Glue (the default)
-    report = job.commit(results, table="sales.orders", catalog=SparkSqlCatalog(spark))
+    report = register_commit(job.commit(results), table="sales.orders", catalog=resolve_catalog("glue"))
+    report = job.commit(results, table="sales.orders", catalog=SparkSqlCatalog(spark))   # the same, shorter
 
 The catalog is updated only after the data commit succeeded; when it fails, the data stays committed and
 CatalogRegistrationError names the partitions not registered and the ``mpcommit catalog sync`` command that

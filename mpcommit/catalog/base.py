@@ -10,14 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from ..errors import MpcommitError, TransientStoreError, UsageError
+from ..modes import CommitMode
+from ..protocol.commit import CommitReport
 from ..protocol.layout import parse_uri
 from ..protocol.records.success import PartitionStats, SuccessData
-
-if TYPE_CHECKING:
-    from ..protocol.commit import CommitReport
 
 __all__ = [
     "Catalog", "CatalogAccessDeniedError", "CatalogError", "CatalogRegistrationError", "CatalogRequestError",
@@ -75,7 +74,7 @@ class CatalogRegistrationError(CatalogError):
 
     def __init__(self, message: str, *, table: str, uri: str, catalog: str = "glue", not_registered: tuple[str, ...] = (),
                  not_updated: tuple[str, ...] = (), reasons: Mapping[str, str] | None = None,
-                 report: "CommitReport | None" = None, result: "CatalogResult | None" = None):
+                 report: CommitReport | None = None, result: "CatalogResult | None" = None):
         super().__init__(message)
         self.table = table
         self.uri = uri
@@ -127,17 +126,18 @@ class RegistrationMode(str, Enum):
     OVERWRITE_DYNAMIC = "overwrite-dynamic"  # only the written partitions replaced; others untouched
 
     @classmethod
-    def from_commit_mode(cls, mode: str) -> "RegistrationMode":
-        """From ``CommitReport.mode`` / ``_SUCCESS``'s ``mode``. ``error`` and ``ignore`` wrote to an empty
-        destination, which for the data is an append."""
-        text = mode.strip().lower()
-        if text == "overwrite":
+    def from_commit_mode(cls, mode: "CommitMode | str") -> "RegistrationMode":
+        """From ``CommitReport.mode``, or ``_SUCCESS``'s ``mode`` as written. ``error`` and ``ignore`` wrote to
+        an empty destination, which for the data is an append."""
+        try:
+            commit_mode = CommitMode.parse(mode)
+        except UsageError:
+            raise UsageError(f"commit mode {mode!r} cannot be registered in a catalog") from None
+        if commit_mode is CommitMode.OVERWRITE:
             return cls.OVERWRITE
-        if text == "overwrite-dynamic":
+        if commit_mode is CommitMode.OVERWRITE_DYNAMIC:
             return cls.OVERWRITE_DYNAMIC
-        if text in ("append", "error", "errorifexists", "ignore"):
-            return cls.APPEND
-        raise UsageError(f"commit mode {mode!r} cannot be registered in a catalog")
+        return cls.APPEND
 
 
 @dataclass(frozen=True)
@@ -152,7 +152,7 @@ class Registration:
     partitions: Mapping[str, PartitionStats | None] = field(default_factory=dict)
 
     @classmethod
-    def from_report(cls, report: "CommitReport") -> "Registration":
+    def from_report(cls, report: CommitReport) -> "Registration":
         return cls(location=report.uri, job_id=report.job_id, mode=RegistrationMode.from_commit_mode(report.mode),
                    partitions=dict(report.partition_stats))
 

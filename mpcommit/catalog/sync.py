@@ -1,5 +1,6 @@
-"""Registering a commit in a catalog: right after it (:func:`register_commit`, what ``Job.commit(...,
-table=...)`` calls), or later from the ``_SUCCESS`` it wrote (:func:`sync`, ``mpcommit catalog sync``).
+"""Registering a commit in a catalog: right after it (:func:`register_commit`, what the Spark writer and
+``Job.commit(..., table=...)`` call once the data is committed), or later from the ``_SUCCESS`` it wrote
+(:func:`sync`, ``mpcommit catalog sync``).
 
 Both run only after the data commit succeeded and never undo it: when the catalog refuses, the error says that
 the data is committed, which partitions the catalog does not show, and the ``sync`` command that finishes.
@@ -15,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import NoSuchKeyError, UsageError
+from ..modes import CommitOutcome
 from ..options import S3Options
 from ..protocol.commit import CommitReport
 from ..protocol.layout import parse_uri
@@ -59,11 +61,21 @@ def _spark_session() -> Any:
     return SparkSession.getActiveSession() or SparkSession.builder.enableHiveSupport().getOrCreate()
 
 
+def check_target(table: "TableName | str", catalog: "Catalog | str | None", *, s3: S3Options | None = None,
+                 spark: Any = None) -> tuple[TableName, Catalog]:
+    """The table and catalog a commit is to be registered in, checked before the commit: a misspelt name or an
+    unknown catalog is then a usage error, not a committed job whose registration failed."""
+    return TableName.parse(table), resolve_catalog(catalog, s3=s3, spark=spark)
+
+
 def register_commit(report: CommitReport, *, table: "TableName | str", catalog: Catalog) -> CommitReport:
     """Register a committed report's partitions and statistics; the report comes back with ``catalog`` set.
+    A report that committed nothing (mode ``ignore`` met data) comes back as it is.
 
     Raises CatalogRegistrationError (carrying ``report``) when the catalog does not fully show the commit.
     """
+    if report.outcome is not CommitOutcome.COMMITTED:
+        return report
     registration = Registration.from_report(report)
     started = time.monotonic()
     result = _register(catalog, TableName.parse(table), registration, report=report)

@@ -167,7 +167,7 @@ def _print_report(console: Console, report: CommitReport) -> None:
     table.add_column("value")
     table.add_row("Job", report.job_id)
     table.add_row("Destination", report.uri)
-    table.add_row("Outcome", f"{report.outcome.value} (mode {report.mode})")
+    table.add_row("Outcome", f"{report.outcome.value} (mode {report.mode.value})")
     table.add_row("Files", f"{report.files:,}")
     table.add_row("Bytes", f"{_human_bytes(report.bytes)} ({report.bytes:,})")
     table.add_row("Rows", f"{report.rows:,}" if report.rows is not None else "unknown")

@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..errors import (
     CommitFailedError,
@@ -33,7 +33,7 @@ from ..errors import (
     NoSuchUploadError,
     ProtocolError,
 )
-from ..modes import CommitOutcome, PartitionOverwrite, WriteMode
+from ..modes import CommitMode, CommitOutcome, PartitionOverwrite, WriteMode
 from ..store.pool import ProgressHook, run_bounded
 from ..store.s3 import DELETE_BATCH, CompletedPart, S3Store, UploadInfo
 from . import faults
@@ -41,9 +41,6 @@ from .layout import Destination, JobPaths, is_hidden_key, job_id_of_key
 from .records.job import CommitJournal, DeleteEntry, JobDescriptor, MergedFile
 from .records.manifest import PendingUpload, StagedFile, TaskManifest, TaskResult, merge_rows
 from .records.success import PartitionStats, SuccessData
-
-if TYPE_CHECKING:
-    from ..catalog.base import CatalogResult
 
 log = logging.getLogger(__name__)
 
@@ -53,13 +50,20 @@ DEFAULT_COMMIT_THREADS = 32
 COMPLETES_QUEUED_PER_THREAD = 4
 
 
+class CatalogSummary(Protocol):
+    """What a report needs of a catalog registration's result (a :class:`mpcommit.catalog.CatalogResult`):
+    the catalog sits above the protocol, which knows it by this alone."""
+
+    def summary(self) -> dict[str, object]: ...
+
+
 @dataclass(frozen=True)
 class CommitReport:
     """What a job commit made visible, and how long each phase took (seconds)."""
 
     job_id: str
     uri: str
-    mode: str
+    mode: CommitMode
     outcome: CommitOutcome
     filenames: tuple[str, ...] = ()
     bytes: int = 0
@@ -71,8 +75,8 @@ class CommitReport:
     ignored: bool = False
     #: Per partition ("" for the root): files, bytes and rows this commit made visible (catalog statistics).
     partition_stats: Mapping[str, PartitionStats] = field(default_factory=dict)
-    #: What a catalog registration after the commit did (``Job.commit(..., table=...)``), else None.
-    catalog: "CatalogResult | None" = None
+    #: What a catalog registration after the commit did (:func:`mpcommit.catalog.register_commit`), else None.
+    catalog: CatalogSummary | None = None
 
     @property
     def files(self) -> int:
@@ -80,7 +84,7 @@ class CommitReport:
 
     def summary(self) -> dict[str, object]:
         out: dict[str, object] = {
-            "jobId": self.job_id, "uri": self.uri, "mode": self.mode, "outcome": self.outcome.value,
+            "jobId": self.job_id, "uri": self.uri, "mode": self.mode.value, "outcome": self.outcome.value,
             "files": self.files, "bytes": self.bytes, "rows": self.rows, "partitions": len(self.partitions),
             "abortedUploads": self.aborted_uploads, "deletedObjects": self.deleted_objects,
             "ignored": self.ignored, "timings": {k: round(v, 4) for k, v in self.timings.items()},
@@ -129,8 +133,9 @@ class JobCommitter:
         by_task = self._check_results(results)
         if ignored:
             aborted, deleted = self.discard_all()
-            return CommitReport(self.job_id, self.destination.uri, descriptor.mode.value, CommitOutcome.NOT_COMMITTED,
-                                ignored=True, aborted_uploads=aborted)
+            mode = CommitMode.of(descriptor.mode, descriptor.partition_overwrite)
+            return CommitReport(self.job_id, self.destination.uri, mode, CommitOutcome.NOT_COMMITTED, ignored=True,
+                                aborted_uploads=aborted)
         # Validate every manifest before anything is completed (I7): a bad one must stop the commit while its
         # outcome is still "not committed". Referenced (large) manifests are read here once and again when
         # completing, so that the driver never holds all of them at once.
@@ -281,10 +286,9 @@ class JobCommitter:
         t = time.monotonic()
         timings["total"] = time.monotonic() - t0
         filenames.sort()
+        mode = CommitMode.of(journal.mode, journal.partition_overwrite)
         success = SuccessData(
-            job_id=self.job_id, mode=journal.mode.value if journal.partition_overwrite is PartitionOverwrite.STATIC
-            or journal.mode is not WriteMode.OVERWRITE else "overwrite-dynamic",
-            filenames=tuple(filenames), bytes=total_bytes, rows=merge_rows(rows),
+            job_id=self.job_id, mode=mode.value, filenames=tuple(filenames), bytes=total_bytes, rows=merge_rows(rows),
             partitions=tuple(sorted(p for p in partitions if p)), timings={k: round(v, 4) for k, v in timings.items()},
             hostname=socket.gethostname(), purpose=journal.purpose,
             partition_stats={p: PartitionStats(n, b, merge_rows(r)) for p, (n, b, r) in sorted(per_partition.items())},
@@ -302,7 +306,7 @@ class JobCommitter:
         timings["cleanup"] = time.monotonic() - t
         timings["total"] = time.monotonic() - t0
         return CommitReport(
-            job_id=self.job_id, uri=self.destination.uri, mode=success.mode, outcome=CommitOutcome.COMMITTED,
+            job_id=self.job_id, uri=self.destination.uri, mode=mode, outcome=CommitOutcome.COMMITTED,
             filenames=success.filenames, bytes=success.bytes, rows=success.rows, partitions=success.partitions,
             timings=timings, aborted_uploads=aborted, deleted_objects=deleted,
             partition_stats=dict(success.partition_stats or {}),

@@ -14,11 +14,10 @@ import socket
 import threading
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from ..catalog.base import Catalog, TableName
-from ..catalog.sync import register_commit, resolve_catalog
 from ..errors import CommitStateUnknownError, DestinationExistsError, JobStateError, PreconditionFailedError, UsageError
-from ..modes import CommitOutcome, PartitionOverwrite, WriteMode
+from ..modes import PartitionOverwrite, WriteMode
 from ..options import S3Options, WriterSettings
 from ..store.pool import ProgressHook
 from ..store.s3 import S3Store, store_for
@@ -27,6 +26,9 @@ from .layout import HIDDEN_ROOT, Destination, JobPaths, check_job_id, new_job_id
 from .records.job import DeleteEntry, JobDescriptor, MergedFile
 from .records.manifest import TaskResult
 from .task import JobSpec
+
+if TYPE_CHECKING:
+    from ..catalog.base import Catalog, TableName
 
 
 class Job:
@@ -138,20 +140,24 @@ class Job:
         """Complete exactly the given attempts (one per task id), abort every other upload of the job, apply
         the mode, write ``_SUCCESS`` and remove the job's records.
 
-        With ``table`` ("db.name"), the partitions and statistics the commit made visible are then registered
-        in ``catalog`` (a :class:`~mpcommit.catalog.Catalog`, or "glue", the default), and the report's
-        ``catalog`` says what changed. That happens only after the data commit succeeded; if it fails, the
-        data stays committed and CatalogRegistrationError (carrying this report) names the partitions the
-        catalog does not show and the ``mpcommit catalog sync`` command that finishes.
-
         ``merged``: files merged at commit time from the results' staged files (see
         :mod:`mpcommit.compaction.commit_merge`); completed in place of those staged files.
+
+        ``table`` ("db.name") is a shorthand for :func:`mpcommit.catalog.register_commit` after the commit: the
+        partitions and statistics the commit made visible are registered in ``catalog`` (a
+        :class:`~mpcommit.catalog.Catalog`, or "glue", the default), and the report's ``catalog`` says what
+        changed. If that fails, the data stays committed and CatalogRegistrationError (carrying this report)
+        names the partitions the catalog does not show and the ``mpcommit catalog sync`` command that finishes.
         """
         if table is None and catalog is not None:
             raise UsageError("job.commit(catalog=...) needs table='db.name' to register into")
-        # Checked before anything is committed: a misspelt name or catalog is a usage error, not a partial commit.
-        target = TableName.parse(table) if table is not None else None
-        resolved = resolve_catalog(catalog, s3=self.spec.s3) if target is not None else None
+        target = None
+        if table is not None:
+            # The catalog sits above the protocol, loaded only when a commit names a table. Checked before
+            # anything is committed: a misspelt name or catalog is a usage error, not a half-done job.
+            from ..catalog.sync import check_target, register_commit
+
+            target = check_target(table, catalog, s3=self.spec.s3)
         if not self.ignored:
             # A dynamic overwrite replaces the whole root when files were written there (no partition).
             check_bucket_root_overwrite(self.destination, self.descriptor.mode, self.descriptor.partition_overwrite,
@@ -170,9 +176,10 @@ class Job:
             with self._state_lock:
                 self._finished = None
             raise
-        if target is None or resolved is None or report.outcome is not CommitOutcome.COMMITTED:
+        if target is None:
             return report
-        return register_commit(report, table=target, catalog=resolved)
+        table_name, resolved = target
+        return register_commit(report, table=table_name, catalog=resolved)
 
     def abort(self, *, force: bool = False) -> AbortReport:
         """Abort every upload of this job and remove its records; nothing of it is visible afterwards."""

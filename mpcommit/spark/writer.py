@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from ..catalog import Catalog, CatalogRegistrationError, TableName, resolve_catalog
+from ..catalog import Catalog
+from ..catalog.sync import check_target, register_commit
 from ..compaction.commit_merge import BinJob, BinOutcome, Runner, StagingSink, merge_at_commit, run_bin
 from ..compaction.planner import MergePolicy
 from ..errors import CommitStateUnknownError, ExecutorEnvironmentError, ProtocolError, UsageError
@@ -121,9 +122,9 @@ def write(
     _check_dataframe(df)
     if catalog is not None and table is None:
         raise UsageError("write(catalog=...) needs table='db.name' to register into")
+    target = None
     if table is not None:  # before any task runs: a bad name or catalog must not cost a written-then-aborted job
-        TableName.parse(table)
-        catalog = resolve_catalog(catalog if catalog is not None else "spark", s3=s3, spark=df.sparkSession)
+        target = check_target(table, catalog if catalog is not None else "spark", s3=s3, spark=df.sparkSession)
     fmt_options = dict(options or {})
     max_records = _pop_max_records(fmt_options)
     fmt = make_format(format, fmt_options)
@@ -185,14 +186,16 @@ def write(
 
     t = time.monotonic()
     try:
-        report = job.commit(results, merged=merged, table=table, catalog=catalog)
+        report = job.commit(results, merged=merged)
     except CommitStateUnknownError:
         raise  # some files may be visible: never clean up, `mpcommit jobs recover` finishes it
-    except CatalogRegistrationError:
-        raise  # the data is committed; the error names the `mpcommit catalog sync` that finishes
     except BaseException:
         _abort_quietly(job)
         raise
+    if target is not None:
+        # The data is committed: a CatalogRegistrationError names the `mpcommit catalog sync` that finishes.
+        table_name, resolved = target
+        report = register_commit(report, table=table_name, catalog=resolved)
     return dataclasses.replace(report, timings={**report.timings, **merge_timing, "commit": time.monotonic() - t})
 
 

@@ -13,7 +13,7 @@ from rich.console import Console
 
 from mpcommit.cli.main import main as cli_main
 from mpcommit.demo.main_job import _verdict
-from mpcommit.modes import CommitOutcome
+from mpcommit.modes import CommitMode, CommitOutcome
 from mpcommit.protocol.commit import CommitReport
 
 ROOT = Path(__file__).parents[2]
@@ -40,7 +40,7 @@ def test_demo_runs_end_to_end_and_reads_back_every_row() -> None:
 
 
 def report(rows: int | None) -> CommitReport:
-    return CommitReport(job_id="j", uri="s3://b/t", mode="overwrite", outcome=CommitOutcome.COMMITTED, rows=rows)
+    return CommitReport(job_id="j", uri="s3://b/t", mode=CommitMode.OVERWRITE, outcome=CommitOutcome.COMMITTED, rows=rows)
 
 
 @pytest.mark.parametrize("expected,found,rows_in_report,pending,code", [
@@ -69,7 +69,7 @@ def test_the_two_commit_timings_say_which_is_which() -> None:
 
     console = Console(record=True, width=250)
     timings = {"write": 3.0, "complete": 0.2, "success": 0.01, "cleanup": 0.03, "commit": 0.51}
-    _print_report(console, CommitReport(job_id="j", uri="s3://b/t", mode="overwrite", outcome=CommitOutcome.COMMITTED,
+    _print_report(console, CommitReport(job_id="j", uri="s3://b/t", mode=CommitMode.OVERWRITE, outcome=CommitOutcome.COMMITTED,
                                         rows=10, timings=timings))
     _print_success(console, SuccessData(job_id="j", mode="overwrite", filenames=("t/a",), bytes=1, rows=10,
                                         partitions=(), timings={"complete": 0.2, "total": 0.47}))
