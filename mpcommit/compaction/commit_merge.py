@@ -31,7 +31,8 @@ from ..protocol.records.manifest import PendingUpload, StagedFile, TaskManifest,
 from ..store.pool import run_bounded
 from ..store.s3 import S3Store, store_for
 from .executor import run_merge
-from .formats import FileKind, Format, detect_kind, prepare
+from .kinds import FileKind, Format, detect_kind
+from .merge_plan import prepare
 from .parts import SourceObject
 from .planner import Candidate, MergePolicy, plan_bins
 

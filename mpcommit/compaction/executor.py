@@ -24,7 +24,7 @@ from ..protocol.records.manifest import Part, PendingUpload
 from ..sizing import MAX_PARTS, crc32_b64
 from ..store.s3 import S3Store
 from .errors import MergeError, MergePlanError, SourceChangedError
-from .parts import CopyPart, Literal, PartPlan, Range, Segment, UploadPart, pack_stream
+from .parts import CopyPart, Literal, PartPlan, Range, Segment, Transform, UploadPart, pack_stream
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,11 @@ class Assembler(Protocol):
 
 
 class AssemblerSpec(Protocol):
-    """A small, picklable description of an assembler (it travels to Spark executors with the merge)."""
+    """A small, picklable description of an assembler (it travels to Spark executors with the merge).
+    ``transform`` is what it does: the stream ranges carrying it are fed to the assembler."""
+
+    @property
+    def transform(self) -> Transform: ...
 
     def new(self) -> Assembler: ...
 
@@ -88,14 +92,6 @@ class MergeStats:
     def to_json(self) -> dict[str, int]:
         return {"fetched": self.fetched, "uploaded": self.uploaded, "copied": self.copied,
                 "throughClient": self.through_client}
-
-
-class _Identity:
-    def feed(self, piece: Range, data: bytes) -> bytes:
-        return data
-
-    def finish(self) -> bytes:
-        return b""
 
 
 def fetch_range(store: S3Store, bucket: str, piece: Range, stats: MergeStats | None = None) -> bytes:
@@ -166,9 +162,10 @@ def _build(store: S3Store, bucket: str, task: MergeTask, upload_id: str, workers
     ]
     uploader = _StreamUploader(store, bucket, task.key, upload_id, workers, stats,
                                first_number=len(plan.parts) + 1, part_size=plan.upload_part_size)
-    assembler = task.assembler.new() if task.assembler is not None else _Identity()
+    assembler = task.assembler.new() if task.assembler is not None else None
+    transform = task.assembler.transform if task.assembler is not None else None
     try:
-        for chunk in _assembled(store, bucket, plan.stream, assembler, workers, stats):
+        for chunk in _assembled(store, bucket, plan.stream, assembler, transform, workers, stats):
             uploader.write(chunk)
         uploader.close()
     finally:
@@ -242,9 +239,10 @@ def _upload(store: S3Store, bucket: str, key: str, upload_id: str, number: int, 
     return Part(number, etag, len(body), crc)
 
 
-def _assembled(store: S3Store, bucket: str, stream: tuple[Segment, ...], assembler: Assembler,
-               workers: Executor, stats: MergeStats) -> Iterator[bytes]:
-    """The stream's bytes, in order: ranges fetched ahead in parallel, then passed through the assembler."""
+def _assembled(store: S3Store, bucket: str, stream: tuple[Segment, ...], assembler: Assembler | None,
+               transform: Transform | None, workers: Executor, stats: MergeStats) -> Iterator[bytes]:
+    """The stream's bytes, in order: ranges fetched ahead in parallel; those carrying the assembler's
+    ``transform`` passed through it, the others used as they are."""
     ahead: deque[tuple[Segment, Future[bytes] | None]] = deque()
     items = iter(stream)
 
@@ -265,10 +263,17 @@ def _assembled(store: S3Store, bucket: str, stream: tuple[Segment, ...], assembl
             refill()
             if isinstance(piece, Literal):
                 yield piece.data
-            else:
-                assert future is not None and isinstance(piece, Range)
+                continue
+            assert future is not None and isinstance(piece, Range)
+            if piece.transform is None:
+                yield future.result()
+            elif piece.transform is transform and assembler is not None:
                 yield assembler.feed(piece, future.result())
-        yield assembler.finish()
+            else:
+                raise MergePlanError(f"a {piece.transform.value} range of {piece.source.key!r} in a merge whose "
+                                     f"assembler does {transform.value if transform else 'nothing'}")
+        if assembler is not None:
+            yield assembler.finish()
     finally:
         for _piece, future in ahead:
             if future is not None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 
 from ..sizing import MAX_OBJECT_SIZE, MAX_PART_SIZE, MAX_PARTS, MIN_PART_SIZE, MiB
 from .errors import MergePlanError
@@ -41,6 +42,16 @@ class SourceObject:
     size: int
 
 
+class Transform(str, Enum):
+    """What a merge's assembler does to the fetched bytes of a stream range (the merge runs the assembler
+    whose transform it is; a range without one is used as it is)."""
+
+    LINES = "lines"            # line-oriented text: a newline added where a source lacks one, one CSV header
+    MEMBERS = "members"        # gzip/bzip2 fetched whole: checked, a newline member added where needed
+    RECOMPRESS = "recompress"  # decompressed, joined line by line, compressed again into one stream
+    PARQUET = "parquet"        # small Parquet files read and rewritten into large row groups
+
+
 @dataclass(frozen=True)
 class Range:
     """Bytes ``[start, end)`` of ``source``. ``transform`` (stream only) names what the merge's
@@ -49,7 +60,7 @@ class Range:
     source: SourceObject
     start: int
     end: int
-    transform: str | None = None
+    transform: Transform | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.start <= self.end <= self.source.size:

@@ -35,7 +35,8 @@ from ..store.pool import ProgressHook, run_bounded
 from ..store.s3 import S3Store, store_for
 from .errors import MergeError, SourceChangedError
 from .executor import DEFAULT_MERGE_THREADS, MergeStats, run_merge
-from .formats import Compression, FileKind, Format, detect_kind, prepare
+from .kinds import Compression, FileKind, Format, detect_kind
+from .merge_plan import prepare
 from .parts import SourceObject
 from .planner import Bin, Candidate, MergePolicy, plan_bins
 

@@ -18,23 +18,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from mpcommit.compaction.assemblers import LinesSpec
 from mpcommit.compaction.errors import (
+    MergePlanError,
     MixedSchemaError,
     SourceChangedError,
     UnreadableSourceError,
     UnsupportedFormatError,
 )
-from mpcommit.compaction.executor import run_merge
-from mpcommit.compaction.formats import (
-    Compression,
-    FileKind,
-    Format,
-    LineJoiner,
-    detect_kind,
-    first_record_end,
-    prepare,
-)
-from mpcommit.compaction.parts import SourceObject
+from mpcommit.compaction.executor import MergeTask, run_merge
+from mpcommit.compaction.kinds import Compression, FileKind, Format, detect_kind
+from mpcommit.compaction.lines import LineJoiner, first_record_end
+from mpcommit.compaction.merge_plan import prepare
+from mpcommit.compaction.parts import Range, SourceObject, Transform, plan_parts
 from mpcommit.sizing import MIN_PART_SIZE, MiB
 from mpcommit.store.pool import SerialExecutor
 
@@ -397,4 +393,22 @@ def test_source_changed_after_planning_aborts_the_merge() -> None:
                    FileKind(Format.JSON, ext="json"), key="t/out")  # type: ignore[arg-type]
     with pytest.raises(SourceChangedError, match="b.json"):
         run_merge(store, "b", task, pool=SerialExecutor())  # type: ignore[arg-type]
+    assert store.uploads == {}
+
+
+# ------------------------------------------------------------------ transforms
+def test_each_stream_range_goes_to_the_assembler_of_its_transform() -> None:
+    """The merge dispatches on a range's transform: untransformed bytes as they are, the assembler's own
+    transform through it, any other refused (a planning error) with the upload aborted."""
+    store = FakeStore()
+    store.put("t/a.json", b'{"id": "a"}')  # no final newline: the lines assembler adds it
+    store.put("t/b.json", b'{"id": "b"}\n')
+    a, b = objects(store, ["t/a.json", "t/b.json"])
+    stream = (Range(a, 0, a.size, Transform.LINES), Range(b, 0, b.size))
+    task = MergeTask(key="t/out", plan=plan_parts(list(stream)), assembler=LinesSpec())
+    assert store.complete(run_merge(store, "b", task, pool=SerialExecutor())) == b'{"id": "a"}\n{"id": "b"}\n'  # type: ignore[arg-type]
+
+    wrong = MergeTask(key="t/out", plan=plan_parts([Range(a, 0, a.size, Transform.RECOMPRESS)]), assembler=LinesSpec())
+    with pytest.raises(MergePlanError, match="recompress range of 't/a.json'.*assembler does lines"):
+        run_merge(store, "b", wrong, pool=SerialExecutor())  # type: ignore[arg-type]
     assert store.uploads == {}

@@ -18,6 +18,7 @@ from mpcommit.compaction.parts import (
     PartPlan,
     Range,
     SourceObject,
+    Transform,
     UploadPart,
     arrange,
     copy_splits,
@@ -184,7 +185,7 @@ def test_copy_splits() -> None:
 
 
 def test_transformed_range_before_a_copy_is_refused() -> None:
-    segs = [Range(src("a", 10), 0, 10, "lines"), whole("b", 6 * MiB)]
+    segs = [Range(src("a", 10), 0, 10, Transform.LINES), whole("b", 6 * MiB)]
     with pytest.raises(MergePlanError, match="transformed"):
         plan_parts(segs)
     # after the last copy it is fine: it is in the stream
