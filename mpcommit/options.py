@@ -1,11 +1,13 @@
-"""Plain, frozen, picklable settings. They travel from the driver to every worker inside the job spec."""
+"""Plain, frozen, picklable settings. They travel from the driver to every worker inside the job spec.
+
+A setting that cannot work raises UsageError, which is a ValueError too."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-MiB = 1024 * 1024
-GiB = 1024 * MiB
+from .errors import UsageError
+from .sizing import MAX_PART_SIZE, MIN_PART_SIZE, MiB
 
 
 @dataclass(frozen=True)
@@ -19,9 +21,9 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
-            raise ValueError(f"RetryPolicy.max_attempts must be at least 1, got {self.max_attempts}")
+            raise UsageError(f"RetryPolicy.max_attempts must be at least 1, got {self.max_attempts}")
         if self.initial_delay < 0 or self.max_delay < self.initial_delay:
-            raise ValueError("RetryPolicy needs 0 <= initial_delay <= max_delay")
+            raise UsageError("RetryPolicy needs 0 <= initial_delay <= max_delay")
 
 
 @dataclass(frozen=True)
@@ -51,11 +53,11 @@ class S3Options:
 
     def __post_init__(self) -> None:
         if self.sse not in (None, "AES256", "aws:kms"):
-            raise ValueError(f"S3Options.sse must be None, 'AES256' or 'aws:kms', got {self.sse!r}")
+            raise UsageError(f"S3Options.sse must be None, 'AES256' or 'aws:kms', got {self.sse!r}")
         if self.sse_kms_key_id and self.sse != "aws:kms":
-            raise ValueError("S3Options.sse_kms_key_id needs sse='aws:kms'")
+            raise UsageError("S3Options.sse_kms_key_id needs sse='aws:kms'")
         if self.addressing_style not in ("path", "virtual", "auto"):
-            raise ValueError(f"S3Options.addressing_style must be path, virtual or auto, got {self.addressing_style!r}")
+            raise UsageError(f"S3Options.addressing_style must be path, virtual or auto, got {self.addressing_style!r}")
 
 
 @dataclass(frozen=True)
@@ -74,11 +76,11 @@ class WriterSettings:
     upload_threads: int = 4
 
     def __post_init__(self) -> None:
-        if self.initial_part_size < 5 * MiB:
-            raise ValueError(f"initial_part_size must be at least 5 MiB (S3's minimum part size), got {self.initial_part_size}")
-        if self.initial_part_size > 5 * GiB:
-            raise ValueError("initial_part_size must be at most 5 GiB (S3's maximum part size)")
+        if self.initial_part_size < MIN_PART_SIZE:
+            raise UsageError(f"initial_part_size must be at least 5 MiB (S3's minimum part size), got {self.initial_part_size}")
+        if self.initial_part_size > MAX_PART_SIZE:
+            raise UsageError("initial_part_size must be at most 5 GiB (S3's maximum part size)")
         if not 1 <= self.parts_per_size_step <= 10_000:
-            raise ValueError("parts_per_size_step must be between 1 and 10,000")
+            raise UsageError("parts_per_size_step must be between 1 and 10,000")
         if self.max_parts_in_flight < 1 or self.upload_threads < 1:
-            raise ValueError("max_parts_in_flight and upload_threads must be at least 1")
+            raise UsageError("max_parts_in_flight and upload_threads must be at least 1")

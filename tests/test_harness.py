@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from mpcommit.demo.embedded_s3 import EmbeddedS3Server
+from mpcommit.sizing import MiB
 from tests.conftest import Backend, raw_s3_client
 from tests.support.checks import (
     all_keys,
@@ -18,8 +19,6 @@ from tests.support.checks import (
     visible_keys,
 )
 from tests.support.servers import start_localstack
-
-MiB = 1024 * 1024
 
 
 def test_backend_roundtrip_and_hidden_keys(backend: Backend, bucket: str) -> None:

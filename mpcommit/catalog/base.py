@@ -57,10 +57,11 @@ class CatalogRequestError(CatalogError):
     """The catalog refused a request as invalid, or failed in a way not worth retrying."""
 
 
-class TransientCatalogError(TransientStoreError):
+class TransientCatalogError(CatalogError, TransientStoreError):
     """A catalog request failed in a way worth retrying (throttling, a concurrent modification, 5xx).
 
-    A subclass of TransientStoreError only so that the project's one retry boundary retries it too.
+    A CatalogError like every catalog failure; a TransientStoreError too, so that the project's one retry
+    boundary retries it.
     """
 
 

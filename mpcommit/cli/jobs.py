@@ -17,7 +17,7 @@ from ..operations.uploads import DEFAULT_THREADS, UploadScope, list_uploads
 from ..protocol.commit import JobCommitter
 from ..protocol.job import Job
 from ..protocol.inventory import JobStatus, list_jobs
-from ..protocol.recovery import RecoveryAction, recover
+from ..protocol.recovery import RecoveryAction, RecoveryOutcome, recover
 from .common import (
     DURATION,
     JOB_ID,
@@ -103,7 +103,7 @@ def list_command(ctx: click.Context, uri: str, as_json: bool) -> None:
 
 
 def _action_json(a: RecoveryAction) -> dict[str, object]:
-    return {"jobId": a.job_id, "action": a.action, "detail": a.detail,
+    return {"jobId": a.job_id, "action": a.action.value, "detail": a.detail,
             "report": a.report.summary() if a.report is not None else None}
 
 
@@ -128,13 +128,13 @@ def recover_command(ctx: click.Context, uri: str, job_id: str | None, older_than
     def on_action(a: RecoveryAction) -> None:
         actions.append(a)
         if not as_json:
-            style = {"failed": "bold red", "skipped": "dim"}.get(a.action, "")
-            out.print(Text.assemble((f"{a.action:<12}", style), f" {a.job_id}  {a.detail}"))
+            style = {RecoveryOutcome.FAILED: "bold red", RecoveryOutcome.SKIPPED: "dim"}.get(a.action, "")
+            out.print(Text.assemble((f"{a.action.value:<12}", style), f" {a.job_id}  {a.detail}"))
 
     with ProgressBars() as progress, progress.status(f"Recovering jobs under {dest.uri}"):
         recover(dest, store=store, job_id=job_id, older_than=older_than, on_action=on_action)
     missing = job_id is not None and not actions
-    ok = not missing and not any(a.action == "failed" for a in actions)
+    ok = not missing and not any(a.action is RecoveryOutcome.FAILED for a in actions)
     if as_json:
         print_json({"uri": dest.uri, "actions": [_action_json(a) for a in actions], "ok": ok})
     elif not actions and not missing:

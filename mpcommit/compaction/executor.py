@@ -24,7 +24,7 @@ from ..protocol.records.manifest import Part, PendingUpload
 from ..sizing import MAX_PARTS, crc32_b64
 from ..store.s3 import S3Store
 from .errors import MergeError, MergePlanError, SourceChangedError
-from .parts import CopyPart, Literal, PartPlan, Range, Segment, Transform, UploadPart, pack_stream
+from .parts import CopyPart, LiteralBytes, PartPlan, Range, Segment, Transform, UploadPart, pack_stream
 
 log = logging.getLogger(__name__)
 
@@ -261,7 +261,7 @@ def _assembled(store: S3Store, bucket: str, stream: tuple[Segment, ...], assembl
         while ahead:
             piece, future = ahead.popleft()
             refill()
-            if isinstance(piece, Literal):
+            if isinstance(piece, LiteralBytes):
                 yield piece.data
                 continue
             assert future is not None and isinstance(piece, Range)

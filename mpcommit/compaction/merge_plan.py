@@ -38,7 +38,7 @@ from .executor import AssemblerSpec, MergeStats, MergeTask, fetch_range
 from .kinds import Compression, FileKind, Format
 from .lines import MAX_HEADER, first_record_end, record_text, show_record
 from .parquet_rewrite import ParquetRewriteSpec
-from .parts import DEFAULT_UPLOAD_PART_SIZE, Literal, Range, Segment, SourceObject, Transform, arrange, plan_parts
+from .parts import DEFAULT_UPLOAD_PART_SIZE, LiteralBytes, Range, Segment, SourceObject, Transform, arrange, plan_parts
 
 if TYPE_CHECKING:
     from .parquet_concat import ParquetFooter
@@ -95,7 +95,7 @@ def plan_lines(sources: Sequence[LineSource], *, header: bool,
             continue
         unit: list[Segment] = [Range(s.obj, s.header_end if header else 0, s.obj.size)]  # type: ignore[arg-type]
         if compression is Compression.NONE and s.ends_with_newline is False:
-            unit.append(Literal(b"\n"))
+            unit.append(LiteralBytes(b"\n"))
         units.append(unit)
     ordered = [list(u) for u in arrange(units)]
     if header and copy_ok:
@@ -140,10 +140,10 @@ def plan_parquet_concat(footers: Sequence[ParquetFooter],
         raise MixedSchemaError(f"{exc}; merge skipped") from exc
     except ParquetConcatError as exc:
         raise UnsupportedFormatError(f"{exc}; merge skipped") from exc
-    segments: list[Segment] = [Literal(plan.head)] if plan.head else []
+    segments: list[Segment] = [LiteralBytes(plan.head)] if plan.head else []
     for piece in plan.pieces:
         segments.append(Range(ordered_objects[piece.source_index], piece.start, piece.end))
-    segments.append(Literal(plan.tail))
+    segments.append(LiteralBytes(plan.tail))
     return segments, plan.num_rows
 
 

@@ -74,7 +74,7 @@ class Range:
 
 
 @dataclass(frozen=True)
-class Literal:
+class LiteralBytes:
     """Bytes produced by the merge itself (a header, a footer, a separator)."""
 
     data: bytes = field(repr=False)
@@ -84,7 +84,7 @@ class Literal:
         return len(self.data)
 
 
-Segment = Range | Literal
+Segment = Range | LiteralBytes
 
 
 @dataclass(frozen=True)
@@ -210,12 +210,12 @@ def _plan_once(segments: Sequence[Segment], upload_part_size: int) -> PartPlan:
 
     def add(piece: Segment) -> None:
         nonlocal buffered
-        if isinstance(piece, Literal) and buffered + piece.length > upload_part_size:
+        if isinstance(piece, LiteralBytes) and buffered + piece.length > upload_part_size:
             # A big literal (a Parquet footer) is cut so that no upload part grows past the part size.
             data = piece.data
             while data:
                 take = min(len(data), max(upload_part_size - buffered, 1))
-                buffer.append(Literal(data[:take]))
+                buffer.append(LiteralBytes(data[:take]))
                 buffered += take
                 data = data[take:]
                 if buffered >= upload_part_size:

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import UsageError
-from ..options import MiB
+from ..sizing import MiB
 from .base import FileFormat, FormatWriter, Options
 
 #: Spark's ``compression`` values -> (pyarrow codec, the infix Spark puts before ``.parquet``).

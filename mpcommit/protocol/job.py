@@ -14,6 +14,7 @@ import socket
 import threading
 import time
 from collections.abc import Sequence
+from enum import Enum
 from typing import TYPE_CHECKING
 
 from ..errors import CommitStateUnknownError, DestinationExistsError, JobStateError, PreconditionFailedError, UsageError
@@ -31,6 +32,13 @@ if TYPE_CHECKING:
     from ..catalog.base import Catalog, TableName
 
 
+class _Ended(Enum):
+    """What this Job object already did: a job is committed or aborted once."""
+
+    COMMITTED = "committed"
+    ABORTED = "aborted"
+
+
 class Job:
     """One write (or compaction) job on one destination, as seen by the driver."""
 
@@ -42,7 +50,7 @@ class Job:
         self.store = store
         self._committer = JobCommitter(store, spec.destination, spec.job_id, threads=commit_threads, progress=progress)
         self._state_lock = threading.Lock()
-        self._finished: str | None = None
+        self._finished: _Ended | None = None
         self.created_at = time.monotonic()
         #: The caller's explicit consent to an overwrite that replaces the whole bucket (see Job.create).
         self.overwrite_bucket_root = overwrite_bucket_root
@@ -163,7 +171,7 @@ class Job:
             check_bucket_root_overwrite(self.destination, self.descriptor.mode, self.descriptor.partition_overwrite,
                                         allowed=self.overwrite_bucket_root,
                                         partitioned=not any("" in r.partitions for r in results))
-        self._enter("commit")
+        self._end(_Ended.COMMITTED)
         timings = {"write": time.monotonic() - self.created_at}
         timings.update(extra_timings or {})
         try:
@@ -184,21 +192,20 @@ class Job:
     def abort(self, *, force: bool = False) -> AbortReport:
         """Abort every upload of this job and remove its records; nothing of it is visible afterwards."""
         with self._state_lock:
-            if self._finished == "commit":
+            if self._finished is _Ended.COMMITTED:
                 raise JobStateError(
                     f"job {self.job_id} was committed, or its commit started and may be partly visible: it cannot "
                     f"be aborted. If the commit failed, finish it with `mpcommit jobs recover {self.destination.uri} "
                     f"--job {self.job_id}`."
                 )
-            self._finished = "abort"
+            self._finished = _Ended.ABORTED
         return self._committer.abort(force=force)
 
-    def _enter(self, what: str) -> None:
+    def _end(self, how: _Ended) -> None:
         with self._state_lock:
             if self._finished is not None:
-                done = {"commit": "committed", "abort": "aborted"}.get(self._finished, self._finished)
-                raise JobStateError(f"job {self.job_id} was already {done}; create a new job")
-            self._finished = what
+                raise JobStateError(f"job {self.job_id} was already {self._finished.value}; create a new job")
+            self._finished = how
 
     def __repr__(self) -> str:
         return f"Job({self.destination.uri!r}, job_id={self.job_id!r}, mode={self.descriptor.mode.value!r})"

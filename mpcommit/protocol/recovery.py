@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 
 from ..errors import MpcommitError
 from ..modes import JobState
@@ -17,10 +18,19 @@ from .inventory import JobStatus, list_jobs
 from .layout import Destination, JobPaths, parse_uri
 from .records.job import CommitJournal
 
+class RecoveryOutcome(str, Enum):
+    """What ``recover`` did to one job."""
+
+    FINISHED = "finished"        # its commit finished from the journal, or a committed job's records removed
+    ROLLED_BACK = "rolled_back"  # old enough, or named: its uploads aborted, its records removed
+    SKIPPED = "skipped"          # writing and younger than the threshold: it may be live
+    FAILED = "failed"
+
+
 @dataclass(frozen=True)
 class RecoveryAction:
     job_id: str
-    action: str  # "finished", "rolled_back", "skipped", "failed"
+    action: RecoveryOutcome
     detail: str
     report: CommitReport | None = None
 
@@ -49,7 +59,7 @@ def recover(
         try:
             action = _recover_one(store, dest, status, committer, named=job_id is not None, older_than=older_than, now=now)
         except MpcommitError as exc:
-            action = RecoveryAction(status.job_id, "failed", str(exc))
+            action = RecoveryAction(status.job_id, RecoveryOutcome.FAILED, str(exc))
         actions.append(action)
         if on_action:
             on_action(action)
@@ -63,17 +73,18 @@ def _recover_one(store: S3Store, dest: Destination, status: JobStatus, committer
         journal = CommitJournal.from_bytes(store.get_object(dest.bucket, paths.journal), where=paths.journal,
                                            destination=dest, job_id=status.job_id)
         report = committer.finish(journal)
-        return RecoveryAction(status.job_id, "finished", f"committed {report.files} files", report)
+        return RecoveryAction(status.job_id, RecoveryOutcome.FINISHED, f"committed {report.files} files", report)
     if status.state is JobState.COMMITTED:
         # _SUCCESS names the job, so its files are complete; only records (and maybe loser uploads) remain.
         aborted, deleted = committer.discard_all()
-        return RecoveryAction(status.job_id, "finished", f"cleaned {deleted} records, aborted {aborted} uploads")
+        return RecoveryAction(status.job_id, RecoveryOutcome.FINISHED,
+                              f"cleaned {deleted} records, aborted {aborted} uploads")
     age = status.age_seconds(now)
     old_enough = older_than is not None and age is not None and age >= older_than
     if named or old_enough:
         report = committer.abort()
-        return RecoveryAction(status.job_id, "rolled_back",
+        return RecoveryAction(status.job_id, RecoveryOutcome.ROLLED_BACK,
                               f"aborted {report.aborted_uploads} uploads, removed {report.deleted_records} records")
     why = "it may still be writing; pass --older-than or --job to roll it back"
-    return RecoveryAction(status.job_id, "skipped", why)
+    return RecoveryAction(status.job_id, RecoveryOutcome.SKIPPED, why)
 

@@ -14,7 +14,7 @@ from mpcommit.compaction.errors import MergePlanError
 from mpcommit.compaction.parts import (
     DEFAULT_UPLOAD_PART_SIZE,
     CopyPart,
-    Literal,
+    LiteralBytes,
     PartPlan,
     Range,
     SourceObject,
@@ -128,8 +128,8 @@ def test_single_source_of_every_edge_size(size: int) -> None:
 @pytest.mark.parametrize("a", EDGE_SIZES)
 @pytest.mark.parametrize("b", EDGE_SIZES)
 def test_pairs_of_edge_sizes_with_small_pieces_between(a: int, b: int) -> None:
-    for middle in ([], [Literal(b"\n")], [whole("m", 100)], [whole("m", MIN_PART_SIZE - 1), Literal(b"x")]):
-        segs = [whole("a", a), *middle, whole("b", b), Literal(b"footer")]
+    for middle in ([], [LiteralBytes(b"\n")], [whole("m", 100)], [whole("m", MIN_PART_SIZE - 1), LiteralBytes(b"x")]):
+        segs = [whole("a", a), *middle, whole("b", b), LiteralBytes(b"footer")]
         plan = plan_parts(segs)
         check_legal(plan, segs)
         assert fetched_from_copyable(plan, segs) == plan.borrowed
@@ -142,7 +142,7 @@ def test_pairs_of_edge_sizes_with_small_pieces_between(a: int, b: int) -> None:
 
 
 def test_small_piece_between_copies_borrows_just_enough() -> None:
-    segs = [whole("a", 20 * MiB), Literal(b"\n"), whole("b", 20 * MiB)]
+    segs = [whole("a", 20 * MiB), LiteralBytes(b"\n"), whole("b", 20 * MiB)]
     plan = plan_parts(segs)
     check_legal(plan, segs)
     assert plan.borrowed == MIN_PART_SIZE - 1
@@ -151,7 +151,7 @@ def test_small_piece_between_copies_borrows_just_enough() -> None:
 
 
 def test_borrow_takes_a_range_whole_when_the_rest_could_not_be_copied() -> None:
-    segs = [whole("a", 20 * MiB), Literal(b"\n"), whole("b", 2 * MIN_PART_SIZE - 2)]
+    segs = [whole("a", 20 * MiB), LiteralBytes(b"\n"), whole("b", 2 * MIN_PART_SIZE - 2)]
     plan = plan_parts(segs)
     check_legal(plan, segs)
     assert plan.copied_bytes == 20 * MiB and plan.borrowed == 2 * MIN_PART_SIZE - 2
@@ -161,14 +161,14 @@ def test_arranged_units_never_download_a_copyable_range() -> None:
     big, small = 6 * MiB, 100
     units = [
         [whole("s1", small)],
-        [whole("b1", big), Literal(b"\n")],  # lacks a trailing newline
+        [whole("b1", big), LiteralBytes(b"\n")],  # lacks a trailing newline
         [whole("b2", big)],
         [whole("s2", small)],
         [whole("b3", 7 * GiB)],
     ]
     ordered = arrange(units)
     assert [u[0].source.key for u in ordered] == ["b2", "b3", "b1", "s1", "s2"]
-    segs = [s for u in ordered for s in u] + [Literal(b"tail")]
+    segs = [s for u in ordered for s in u] + [LiteralBytes(b"tail")]
     plan = plan_parts(segs)
     check_legal(plan, segs)
     assert plan.borrowed == 0 and fetched_from_copyable(plan, segs) == 0
@@ -204,7 +204,7 @@ def test_object_limit_and_part_count() -> None:
 
 
 def test_big_literal_is_cut_to_part_size_between_copies() -> None:
-    segs = [whole("a", 6 * MiB), Literal(b"z" * (3 * DEFAULT_UPLOAD_PART_SIZE + 5)), whole("b", 6 * MiB)]
+    segs = [whole("a", 6 * MiB), LiteralBytes(b"z" * (3 * DEFAULT_UPLOAD_PART_SIZE + 5)), whole("b", 6 * MiB)]
     plan = plan_parts(segs)
     check_legal(plan, segs)
     assert all(p.size < DEFAULT_UPLOAD_PART_SIZE + MIN_PART_SIZE for p in plan.parts if isinstance(p, UploadPart))
@@ -233,7 +233,7 @@ segment = st.one_of(
 def build(specs: list[tuple[str, int]]) -> list:
     out = []
     for i, (kind, n) in enumerate(specs):
-        out.append(whole(f"s{i}", n) if kind == "R" else Literal(bytes([65 + i % 26]) * n))
+        out.append(whole(f"s{i}", n) if kind == "R" else LiteralBytes(bytes([65 + i % 26]) * n))
     return out
 
 
@@ -265,9 +265,9 @@ def test_arranged_sources_download_nothing_copyable(specs: list[tuple[int, bool]
                 if lacking:
                     continue
                 lacking += 1
-            unit.append(Literal(b"\n"))
+            unit.append(LiteralBytes(b"\n"))
         units.append(unit)
-    segs = [s for u in arrange(units) for s in u] + [Literal(b"PAR1-footer")]
+    segs = [s for u in arrange(units) for s in u] + [LiteralBytes(b"PAR1-footer")]
     plan = plan_parts(segs)
     check_legal(plan, segs)
     assert plan.borrowed == 0 and fetched_from_copyable(plan, segs) == 0
