@@ -11,6 +11,10 @@ Fixtures:
 - ``moto_backend``, ``localstack_backend``: one backend each.
 - ``bucket``: a fresh bucket on ``backend``.
 - ``pyarrow_fs``: a ``pyarrow.fs.S3FileSystem`` on ``backend``, an independent C++ client to read data back.
+- ``spark``: the SparkSession every Spark test shares, made once (a JVM start costs about ten seconds) by
+  :func:`tests.support.spark_s3a.spark_session`: master ``local[2,3]``, two cores and up to three attempts per
+  task, so that a failed or killed attempt is retried as on a cluster. Tests that need another master run in a
+  subprocess: a process holds one SparkContext.
 
 ``MPCOMMIT_TEST_BACKENDS`` (default ``moto,localstack``) restricts the backends, e.g. ``MPCOMMIT_TEST_BACKENDS=moto``
 for a quick run without LocalStack; tests that ask for ``localstack_backend`` are then skipped.
@@ -30,8 +34,11 @@ from botocore.config import Config
 from mpcommit.options import RetryPolicy, S3Options
 from tests.support.checks import unencoded_listings
 from tests.support.servers import ServerHandle, start_localstack, start_moto
+from tests.support.spark_s3a import spark_session
 
 BACKENDS_ENV = "MPCOMMIT_TEST_BACKENDS"
+#: Rows per Arrow batch handed to a Spark task's Python worker; small, so that tasks see several batches.
+SPARK_BATCH_ROWS = 1000
 ALL_BACKENDS = ("moto", "localstack")
 
 ACCESS_KEY_ID = "test"
@@ -172,6 +179,19 @@ def localstack_backend(_localstack_backend_session: Backend) -> Backend:
 def bucket(backend: Backend) -> str:
     """A fresh, empty bucket on ``backend``."""
     return backend.new_bucket()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    pytest.importorskip("pyspark")
+    session, created = spark_session()
+    # A runtime setting: it also applies when another fixture (tests/interop's) started the session.
+    session.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(SPARK_BATCH_ROWS))
+    try:
+        yield session
+    finally:
+        if created:
+            session.stop()
 
 
 @pytest.fixture

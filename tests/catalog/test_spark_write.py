@@ -4,27 +4,14 @@ statistics of the data the write committed (checked against an independent listi
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 from mpcommit.catalog import GlueCatalog
 from tests.catalog.conftest import create_table, partitions, stats_of
 from tests.support.checks import visible_keys
-from tests.support.spark_s3a import spark_session
 
 pytestmark = [pytest.mark.spark, pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")]
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    """The process's Spark session (shared with the Spark suite when it runs in the same process)."""
-    pytest.importorskip("pyspark")
-    session, created = spark_session()
-    yield session
-    if created:
-        session.stop()
 
 
 def test_a_pyspark_write_with_table_registers_exactly_its_partitions_and_statistics(

@@ -15,6 +15,7 @@ from mpcommit import Job
 from mpcommit.errors import CommitStateUnknownError
 from mpcommit.protocol import faults
 from tests.support.checks import pending_upload_entries, pending_uploads, visible_keys
+from tests.support.jobs import lines_of_partitions, write_task
 
 from .conftest import cli, data_key, start_uploads
 
@@ -23,14 +24,6 @@ from .conftest import cli, data_key, start_uploads
 PAUSE = 10.0
 THRESHOLD_SECONDS = 7
 THRESHOLD = f"{THRESHOLD_SECONDS}s"
-
-
-def write_task(job: Job, task_id: int, partitions: list[str]) -> object:
-    with job.spec.task(task_id, 0) as task:
-        for p in partitions:
-            with task.create(partition=p, ext="txt") as out:
-                out.write(f"{task_id} {p}\n".encode())
-        return task.commit()
 
 
 def test_age_cutoff_live_jobs_and_committing_jobs_on_one_prefix(localstack_backend):
@@ -45,9 +38,9 @@ def test_age_cutoff_live_jobs_and_committing_jobs_on_one_prefix(localstack_backe
                                 with_part=True)
     sibling = start_uploads(client, bucket, [data_key("t2")])
     live = Job.create(uri, s3=backend.options)
-    write_task(live, 0, ["dt=1", "dt=2"])  # old uploads of a live job
+    write_task(live, 0, lines_of_partitions(0, ["dt=1", "dt=2"]))  # old uploads of a live job
     stuck = Job.create(uri, s3=backend.options)
-    result = write_task(stuck, 0, ["dt=3"])
+    result = write_task(stuck, 0, lines_of_partitions(0, ["dt=3"]))
     with faults.installed(faults.fail_at("commit.after_journal")), pytest.raises(CommitStateUnknownError):
         stuck.commit([result])
 
@@ -59,7 +52,7 @@ def test_age_cutoff_live_jobs_and_committing_jobs_on_one_prefix(localstack_backe
     def keep_writing() -> None:
         task_id = 1
         while not stop.is_set():
-            write_task(live, task_id, ["dt=1"])
+            write_task(live, task_id, lines_of_partitions(task_id, ["dt=1"]))
             task_id += 1
             stop.wait(0.5)
 

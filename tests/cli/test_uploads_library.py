@@ -15,24 +15,17 @@ from mpcommit.protocol import faults
 from mpcommit.protocol.recovery import recover
 from mpcommit.store.s3 import S3Store
 from tests.support.checks import pending_uploads, visible_keys
+from tests.support.jobs import lines_of_partitions, write_task
 
 from .conftest import data_key, start_uploads
 
 HOUR = 3600.0
 
 
-def write_task(job: Job, task_id: int, partitions: list[str]) -> object:
-    with job.spec.task(task_id, 0) as task:
-        for p in partitions:
-            with task.create(partition=p, ext="txt") as out:
-                out.write(f"{task_id} {p}\n".encode())
-        return task.commit()
-
-
 def committing_job(uri: str, options) -> Job:  # noqa: ANN001
     """A job whose commit stopped right after its journal: its uploads are the data being committed."""
     job = Job.create(uri, s3=options)
-    result = write_task(job, 0, ["dt=1", "dt=2"])
+    result = write_task(job, 0, lines_of_partitions(0, ["dt=1", "dt=2"]))
     with faults.installed(faults.fail_at("commit.after_journal")), pytest.raises(CommitStateUnknownError):
         job.commit([result])
     return job
@@ -43,7 +36,7 @@ def test_a_live_job_and_a_committing_job_survive_a_cleanup_of_their_prefix(moto_
     bucket = backend.new_bucket()
     uri = f"s3://{bucket}/t"
     live = Job.create(uri, s3=backend.options)
-    write_task(live, 0, ["dt=1", "dt=2"])
+    write_task(live, 0, lines_of_partitions(0, ["dt=1", "dt=2"]))
     stuck = committing_job(uri, backend.options)
     orphans = start_uploads(client, bucket, [data_key("t", partition="dt=1"), "t/not-from-mpcommit.bin"])
     sibling = start_uploads(client, bucket, [data_key("t2")])
@@ -69,7 +62,7 @@ def test_live_jobs_are_found_from_any_scope_above_or_below_their_destination(mot
     backend, client = moto_backend, moto_backend.client
     bucket = backend.new_bucket()
     live = Job.create(f"s3://{bucket}/warehouse/t1", s3=backend.options)
-    write_task(live, 0, ["dt=1/country=DE"])
+    write_task(live, 0, lines_of_partitions(0, ["dt=1/country=DE"]))
     store = S3Store(backend.options)
     for scope in (f"s3://{bucket}", f"s3://{bucket}/warehouse", f"s3://{bucket}/warehouse/t1/dt=1"):
         report = cleanup(store, UploadScope.parse(scope), older_than=HOUR, dry_run=True)
@@ -82,7 +75,7 @@ def test_naming_a_job_aborts_it_even_if_live_but_never_a_committing_one(moto_bac
     bucket = backend.new_bucket()
     uri = f"s3://{bucket}/t"
     live = Job.create(uri, s3=backend.options)
-    write_task(live, 0, ["dt=1", "dt=2"])
+    write_task(live, 0, lines_of_partitions(0, ["dt=1", "dt=2"]))
     stuck = committing_job(uri, backend.options)
     store = S3Store(backend.options)
     with pytest.raises(JobStateError, match="jobs recover"):
@@ -117,7 +110,7 @@ def test_a_job_that_starts_committing_after_the_plan_is_skipped(moto_backend):
     bucket = backend.new_bucket()
     uri = f"s3://{bucket}/t"
     job = Job.create(uri, s3=backend.options)
-    write_task(job, 0, ["dt=1"])
+    write_task(job, 0, lines_of_partitions(0, ["dt=1"]))
 
     def commit_starts(plan) -> bool:  # noqa: ANN001
         # Selected as dead (threshold 0); then its driver writes the journal before we abort.

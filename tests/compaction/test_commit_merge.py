@@ -21,6 +21,7 @@ from mpcommit.protocol.records.job import CommitJournal, MergedFile
 from mpcommit.protocol.records.manifest import Part, PendingUpload
 from mpcommit.sizing import MiB
 from tests.support.checks import all_keys, pending_uploads, read_object, visible_keys
+from tests.support.jobs import write_task
 
 from .test_formats import lines_of, parquet_of
 
@@ -28,16 +29,9 @@ LIMIT = 5 * MiB  # files below this are staged (one part of the writer's schedul
 SETTINGS = WriterSettings(initial_part_size=LIMIT)
 
 
-def write_task(job: Job, task_id: int, files: list[tuple[str, bytes, int]], attempt: int = 0):
-    """One task attempt writing ``(partition, data, rows)`` files through staging sinks."""
-    with job.spec.task(task_id, attempt) as task:
-        for partition, data, rows in files:
-            sink = StagingSink(task, partition, "json", limit=LIMIT)
-            for i in range(0, len(data), 1 << 20):
-                sink.write(data[i : i + (1 << 20)])
-            sink.rows = rows
-            sink.close()
-        return task.commit()
+def staged(task, partition: str) -> StagingSink:  # noqa: ANN001
+    """Task files go through staging sinks: small ones are staged, for the commit-time merge."""
+    return StagingSink(task, partition, "json", limit=LIMIT)
 
 
 def ids_under(backend, bucket: str, prefix: str) -> list[str]:
@@ -47,21 +41,18 @@ def ids_under(backend, bucket: str, prefix: str) -> list[str]:
     return sorted(out)
 
 
-def dataset(n_tasks: int = 3) -> dict[int, list[tuple[str, bytes, int]]]:
+def dataset(n_tasks: int = 3) -> dict[int, list[tuple[str, bytes]]]:
+    """Per task, its (partition, JSON lines) files."""
     tasks = {}
     for t in range(n_tasks):
-        files = []
-        for p in ("dt=1", "dt=2"):
-            data = lines_of(f"{p}-{t}", 2000 + t, seed=t)
-            files.append((p, data, len(data.splitlines())))
-        tasks[t] = files
+        tasks[t] = [(p, lines_of(f"{p}-{t}", 2000 + t, seed=t)) for p in ("dt=1", "dt=2")]
     big = lines_of("big", LIMIT + 1000, seed=99)  # over one part: a multipart upload, counted, never merged
-    tasks[0].append(("dt=1", big, len(big.splitlines())))
+    tasks[0].append(("dt=1", big))
     return tasks
 
 
 def expected_ids(tasks) -> list[str]:
-    return sorted(json.loads(l)["id"] for files in tasks.values() for _p, d, _r in files for l in d.splitlines())
+    return sorted(json.loads(l)["id"] for files in tasks.values() for _p, d in files for l in d.splitlines())
 
 
 def test_staging_sink_stages_small_files_and_streams_big_ones(backend, bucket) -> None:
@@ -89,7 +80,7 @@ def test_staging_sink_stages_small_files_and_streams_big_ones(backend, bucket) -
 def test_small_partitions_are_merged_before_anything_is_visible(backend, bucket) -> None:
     tasks = dataset()
     job = Job.create(f"s3://{bucket}/t", s3=backend.options, writer=SETTINGS)
-    results = [write_task(job, t, files) for t, files in tasks.items()]
+    results = [write_task(job, t, files, open_file=staged) for t, files in tasks.items()]
     merges = merge_at_commit(job, results, MergePolicy(small_file_avg=4 * MiB, target_size=64 * MiB))
     # dt=1 has a big file too, but its average is still small; both partitions merge their staged files
     assert len(merges.merged) == 2 and merges.source_files == 6 and not merges.skipped
@@ -107,7 +98,7 @@ def test_small_partitions_are_merged_before_anything_is_visible(backend, bucket)
 def test_large_average_partitions_are_moved_in_as_they_are(backend, bucket) -> None:
     tasks = dataset()
     job = Job.create(f"s3://{bucket}/t", s3=backend.options, writer=SETTINGS)
-    results = [write_task(job, t, files) for t, files in tasks.items()]
+    results = [write_task(job, t, files, open_file=staged) for t, files in tasks.items()]
     merges = merge_at_commit(job, results, MergePolicy(small_file_avg=2000, target_size=64 * MiB))
     assert merges.merged == ()
     job.commit(results, merged=merges.merged)
@@ -118,7 +109,7 @@ def test_large_average_partitions_are_moved_in_as_they_are(backend, bucket) -> N
 def test_a_bin_that_fails_is_moved_in_unmerged(backend, bucket) -> None:
     tasks = dataset(2)
     job = Job.create(f"s3://{bucket}/t", s3=backend.options, writer=SETTINGS)
-    results = [write_task(job, t, files) for t, files in tasks.items()]
+    results = [write_task(job, t, files, open_file=staged) for t, files in tasks.items()]
 
     def failing_runner(jobs):
         return [BinOutcome(j.key, None, "boom") for j in jobs]
@@ -129,7 +120,7 @@ def test_a_bin_that_fails_is_moved_in_unmerged(backend, bucket) -> None:
     assert ids_under(backend, bucket, "t") == expected_ids(tasks)
 
     job2 = Job.create(f"s3://{bucket}/u", s3=backend.options, writer=SETTINGS)
-    results2 = [write_task(job2, t, files) for t, files in tasks.items()]
+    results2 = [write_task(job2, t, files, open_file=staged) for t, files in tasks.items()]
 
     def broken_stage(jobs):
         raise RuntimeError("executor lost")
@@ -160,7 +151,7 @@ def test_parquet_staged_files_are_rewritten(backend, bucket) -> None:
 def test_crash_after_the_journal_then_recover(backend, bucket, point: str) -> None:
     tasks = dataset()
     job = Job.create(f"s3://{bucket}/t", s3=backend.options, writer=SETTINGS)
-    results = [write_task(job, t, files) for t, files in tasks.items()]
+    results = [write_task(job, t, files, open_file=staged) for t, files in tasks.items()]
     merges = merge_at_commit(job, results, MergePolicy(4 * MiB, 64 * MiB))
     with faults.installed(faults.fail_at(point, 1)):
         with pytest.raises((CommitStateUnknownError, faults.InjectedFault)):
@@ -177,7 +168,7 @@ def test_crash_after_the_journal_then_recover(backend, bucket, point: str) -> No
 def test_driver_dies_before_the_journal_then_rollback(backend, bucket) -> None:
     tasks = dataset(2)
     job = Job.create(f"s3://{bucket}/t", s3=backend.options, writer=SETTINGS)
-    results = [write_task(job, t, files) for t, files in tasks.items()]
+    results = [write_task(job, t, files, open_file=staged) for t, files in tasks.items()]
     merges = merge_at_commit(job, results, MergePolicy(4 * MiB, 64 * MiB))
     assert merges.merged and pending_uploads(backend.client, bucket, "t")
     # the driver is gone: nothing journaled; a rollback aborts the merges too (their keys carry the job id)
@@ -190,7 +181,7 @@ def test_driver_dies_before_the_journal_then_rollback(backend, bucket) -> None:
 def test_commit_refuses_merges_that_do_not_match_the_winners(backend, bucket) -> None:
     tasks = dataset(2)
     job = Job.create(f"s3://{bucket}/t", s3=backend.options, writer=SETTINGS)
-    results = [write_task(job, t, files) for t, files in tasks.items()]
+    results = [write_task(job, t, files, open_file=staged) for t, files in tasks.items()]
     merges = merge_at_commit(job, results, MergePolicy(4 * MiB, 64 * MiB))
     m = merges.merged[0]
     stranger = MergedFile(m.upload, m.sources + (m.sources[0].replace("c000", "c099"),))

@@ -6,7 +6,6 @@ Read back with pyarrow's own S3 client.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -16,7 +15,6 @@ import pytest
 
 from mpcommit.compaction import MergePolicy
 from tests.support.checks import all_keys, pending_uploads, read_object, visible_keys
-from tests.support.spark_s3a import spark_session
 
 pytestmark = [pytest.mark.spark,
               pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")]
@@ -24,15 +22,6 @@ pytestmark = [pytest.mark.spark,
 TASKS = 6
 PARTS = 3
 ROWS = 6000
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    """The process's SparkSession (shared with tests/spark when run together; stopped only if made here)."""
-    session, created = spark_session()
-    yield session
-    if created:
-        session.stop()
 
 
 def frame(spark: Any) -> Any:

@@ -23,25 +23,9 @@ from mpcommit.protocol.inventory import list_jobs
 from mpcommit.protocol.recovery import recover
 from mpcommit.sizing import MiB
 from tests.support.checks import all_keys, pending_uploads, read_object, visible_keys
+from tests.support.jobs import write_task
 
 SMALL_PARTS = WriterSettings(initial_part_size=5 * MiB, max_parts_in_flight=2, upload_threads=2)
-
-
-def write_task(job, task_id, attempt, files, *, commit=True):
-    """Write ``files`` ({partition: bytes}) as one task attempt; return its result (or None)."""
-    with job.spec.task(task_id, attempt) as task:
-        for partition, data in files.items():
-            with task.create(partition=partition, ext="txt") as out:
-                out.write(data)
-                out.rows = data.count(b"\n")
-        return task.commit() if commit else _leave_uncommitted(task)
-
-
-def _leave_uncommitted(task):
-    # A crashed attempt: its uploads stay pending and no manifest is written. Detach them from the
-    # attempt so that leaving the `with` block does not abort them (a killed process would not).
-    task._uploads.clear()
-    return None
 
 
 def contents(backend, bucket, prefix):
@@ -50,7 +34,7 @@ def contents(backend, bucket, prefix):
 
 def test_nothing_is_visible_after_task_commit(backend, bucket):
     job = Job.create(f"s3://{bucket}/t", s3=backend.options)
-    write_task(job, 0, 0, {"dt=1": b"a\n"})
+    write_task(job, 0, {"dt=1": b"a\n"})
     assert visible_keys(backend.client, bucket, "t") == set()
     assert len(pending_uploads(backend.client, bucket, "t")) == 1
 
@@ -59,9 +43,9 @@ def test_exact_content_after_job_commit(backend, bucket):
     job = Job.create(f"s3://{bucket}/t", s3=backend.options, writer=SMALL_PARTS)
     big = bytes(range(256)) * (48 * 1024)  # 12 MiB: three parts at 5 MiB
     refs = [
-        write_task(job, 0, 0, {"dt=1": b"one\n", "dt=2": b"two\n"}),
-        write_task(job, 1, 0, {"dt=1": big}),
-        write_task(job, 2, 0, {"": b""}),  # a zero-byte file
+        write_task(job, 0, {"dt=1": b"one\n", "dt=2": b"two\n"}),
+        write_task(job, 1, {"dt=1": big}),
+        write_task(job, 2, {"": b""}),  # a zero-byte file
     ]
     report = job.commit(refs)
     assert report.outcome is CommitOutcome.COMMITTED
@@ -88,8 +72,8 @@ def _all(backend, bucket, prefix):
 
 def test_two_committed_attempts_of_one_task_only_the_chosen_one_is_visible(backend, bucket):
     job = Job.create(f"s3://{bucket}/t", s3=backend.options)
-    first = write_task(job, 0, 0, {"dt=1": b"attempt zero\n"})
-    second = write_task(job, 0, 1, {"dt=1": b"attempt one\n"})
+    first = write_task(job, 0, {"dt=1": b"attempt zero\n"})
+    second = write_task(job, 0, {"dt=1": b"attempt one\n"}, attempt=1)
     report = job.commit([second])
     assert list(contents(backend, bucket, "t").values()) == [b"attempt one\n"]
     assert report.aborted_uploads >= 1
@@ -99,8 +83,8 @@ def test_two_committed_attempts_of_one_task_only_the_chosen_one_is_visible(backe
 
 def test_an_attempt_that_wrote_but_never_committed_is_aborted(backend, bucket):
     job = Job.create(f"s3://{bucket}/t", s3=backend.options)
-    write_task(job, 0, 0, {"dt=1": b"crashed\n"}, commit=False)
-    winner = write_task(job, 0, 1, {"dt=1": b"retried\n"})
+    write_task(job, 0, {"dt=1": b"crashed\n"}, commit=False)
+    winner = write_task(job, 0, {"dt=1": b"retried\n"}, attempt=1)
     assert len(pending_uploads(backend.client, bucket, "t")) == 2
     job.commit([winner])
     assert list(contents(backend, bucket, "t").values()) == [b"retried\n"]
@@ -121,8 +105,8 @@ def test_an_exception_inside_the_task_aborts_its_uploads(backend, bucket):
 
 def test_abort_with_work_leaves_nothing(backend, bucket):
     job = Job.create(f"s3://{bucket}/t", s3=backend.options)
-    write_task(job, 0, 0, {"dt=1": b"x\n"})
-    write_task(job, 1, 0, {"dt=1": b"y\n"}, commit=False)
+    write_task(job, 0, {"dt=1": b"x\n"})
+    write_task(job, 1, {"dt=1": b"y\n"}, commit=False)
     report = job.abort()
     assert report.aborted_uploads == 2
     assert _all(backend, bucket, "t") == set()
@@ -140,7 +124,7 @@ def test_abort_without_work_and_double_abort(backend, bucket):
 
 def test_commit_after_abort_is_refused(backend, bucket):
     job = Job.create(f"s3://{bucket}/t", s3=backend.options)
-    ref = write_task(job, 0, 0, {"": b"x"})
+    ref = write_task(job, 0, {"": b"x"})
     job.abort()
     with pytest.raises(JobStateError, match="was already aborted; create a new job"):
         job.commit([ref])
@@ -149,7 +133,7 @@ def test_commit_after_abort_is_refused(backend, bucket):
 
 def test_a_second_commit_is_refused_in_plain_words(backend, bucket):
     job = Job.create(f"s3://{bucket}/t", s3=backend.options)
-    ref = write_task(job, 0, 0, {"": b"x"})
+    ref = write_task(job, 0, {"": b"x"})
     job.commit([ref])
     with pytest.raises(JobStateError, match="was already committed; create a new job"):
         job.commit([ref])
@@ -157,8 +141,8 @@ def test_a_second_commit_is_refused_in_plain_words(backend, bucket):
 
 def test_a_result_passed_twice_for_one_task_is_refused_and_nothing_happens(backend, bucket):
     job = Job.create(f"s3://{bucket}/t", s3=backend.options)
-    a = write_task(job, 0, 0, {"": b"a"})
-    b = write_task(job, 0, 1, {"": b"b"})
+    a = write_task(job, 0, {"": b"a"})
+    b = write_task(job, 0, {"": b"b"}, attempt=1)
     with pytest.raises(DuplicateTaskResultError, match="task 0"):
         job.commit([a, b])
     assert visible_keys(backend.client, bucket, "t") == set()
@@ -168,8 +152,8 @@ def test_a_result_passed_twice_for_one_task_is_refused_and_nothing_happens(backe
 @pytest.mark.parametrize("k", [1, 3])
 def test_commit_failing_midway_then_recover_equals_an_uninterrupted_commit(backend, bucket, k):
     job = Job.create(f"s3://{bucket}/t", s3=backend.options, commit_threads=1)
-    refs = [write_task(job, t, 0, {f"dt={t % 2}": f"task {t}\n".encode()}) for t in range(5)]
-    write_task(job, 0, 1, {"dt=0": b"loser\n"})
+    refs = [write_task(job, t, {f"dt={t % 2}": f"task {t}\n".encode()}) for t in range(5)]
+    write_task(job, 0, {"dt=0": b"loser\n"}, attempt=1)
     with faults.installed(faults.fail_at("commit.after_complete", k)):
         with pytest.raises(CommitStateUnknownError, match="recover"):
             job.commit(refs)
@@ -189,7 +173,7 @@ def _seed(backend, bucket, prefix, files):
 def test_overwrite_replaces_everything_only_after_the_new_files_are_complete(backend, bucket):
     _seed(backend, bucket, "t", {"dt=1/old.txt": b"old1", "dt=2/old.txt": b"old2"})
     job = Job.create(f"s3://{bucket}/t", mode="overwrite", s3=backend.options)
-    ref = write_task(job, 0, 0, {"dt=1": b"new1"})
+    ref = write_task(job, 0, {"dt=1": b"new1"})
     with faults.installed(faults.fail_at("commit.before_delete_batch", 1)):
         with pytest.raises(CommitStateUnknownError):
             job.commit([ref])
@@ -203,7 +187,7 @@ def test_overwrite_replaces_everything_only_after_the_new_files_are_complete(bac
 def test_dynamic_overwrite_replaces_only_the_partitions_written(backend, bucket):
     _seed(backend, bucket, "t", {"dt=1/old.txt": b"old1", "dt=2/old.txt": b"old2"})
     job = Job.create(f"s3://{bucket}/t", mode="overwrite", partition_overwrite="dynamic", s3=backend.options)
-    report = job.commit([write_task(job, 0, 0, {"dt=1": b"new1", "dt=3": b"new3"})])
+    report = job.commit([write_task(job, 0, {"dt=1": b"new1", "dt=3": b"new3"})])
     assert report.deleted_objects == 1
     seen = contents(backend, bucket, "t")
     assert {k.split("/")[1]: v for k, v in seen.items()} == {"dt=1": b"new1", "dt=2": b"old2", "dt=3": b"new3"}
@@ -212,7 +196,7 @@ def test_dynamic_overwrite_replaces_only_the_partitions_written(backend, bucket)
 def test_dynamic_overwrite_failing_before_deletes_keeps_old_partition_whole(backend, bucket):
     _seed(backend, bucket, "t", {"dt=1/old.txt": b"old1"})
     job = Job.create(f"s3://{bucket}/t", mode="overwrite", partition_overwrite="dynamic", s3=backend.options)
-    ref = write_task(job, 0, 0, {"dt=1": b"new1"})
+    ref = write_task(job, 0, {"dt=1": b"new1"})
     with faults.installed(faults.fail_at("commit.after_journal")):
         with pytest.raises(CommitStateUnknownError):
             job.commit([ref])
@@ -235,18 +219,18 @@ def test_an_overwrite_of_a_bucket_root_is_refused_unless_asked_for(backend, buck
 
     # A dynamic overwrite of partition folders only replaces those; of files at the root, the whole bucket.
     job = Job.create(f"s3://{bucket}", mode="overwrite", partition_overwrite="dynamic", s3=backend.options)
-    job.commit([write_task(job, 0, 0, {"dt=1": b"new1"})])
+    job.commit([write_task(job, 0, {"dt=1": b"new1"})])
     assert read_object(backend.client, bucket, "other-table/part-0.txt") == b"keep me"
     job = Job.create(f"s3://{bucket}", mode="overwrite", partition_overwrite="dynamic", s3=backend.options)
     with pytest.raises(UsageError, match="dynamic overwrite of unpartitioned data"):
-        job.commit([write_task(job, 0, 0, {"": b"root"})])
+        job.commit([write_task(job, 0, {"": b"root"})])
     job.abort()
     assert read_object(backend.client, bucket, "other-table/part-0.txt") == b"keep me"
     assert pending_uploads(backend.client, bucket, "") == []
 
     # Said explicitly, it does what an overwrite does: only the new data is left.
     job = Job.create(f"s3://{bucket}", mode="overwrite", s3=backend.options, overwrite_bucket_root=True)
-    report = job.commit([write_task(job, 0, 0, {"": b"only"})])
+    report = job.commit([write_task(job, 0, {"": b"only"})])
     assert {k for k in visible_keys(backend.client, bucket, "") if k != "_SUCCESS"} == set(report.filenames)
 
 
@@ -262,7 +246,7 @@ def test_ignore_mode_on_existing_destination_commits_nothing(backend, bucket):
     _seed(backend, bucket, "t", {"x.txt": b"x"})
     job = Job.create(f"s3://{bucket}/t", mode="ignore", s3=backend.options)
     assert job.ignored
-    report = job.commit([write_task(job, 0, 0, {"": b"new"})])
+    report = job.commit([write_task(job, 0, {"": b"new"})])
     assert report.ignored and report.outcome is CommitOutcome.NOT_COMMITTED
     assert _all(backend, bucket, "t") == {"t/x.txt"}
     assert pending_uploads(backend.client, bucket, "t") == []
@@ -271,8 +255,8 @@ def test_ignore_mode_on_existing_destination_commits_nothing(backend, bucket):
 def test_two_jobs_on_one_destination_do_not_touch_each_others_uploads(backend, bucket):
     a = Job.create(f"s3://{bucket}/t", s3=backend.options)
     b = Job.create(f"s3://{bucket}/t", s3=backend.options)
-    ra = write_task(a, 0, 0, {"dt=1": b"a\n"})
-    write_task(b, 0, 0, {"dt=1": b"b\n"})
+    ra = write_task(a, 0, {"dt=1": b"a\n"})
+    write_task(b, 0, {"dt=1": b"b\n"})
     a.commit([ra])
     still = pending_uploads(backend.client, bucket, "t")
     assert len(still) == 1 and b.job_id in still[0][0]
@@ -283,8 +267,8 @@ def test_two_jobs_on_one_destination_do_not_touch_each_others_uploads(backend, b
 def test_sibling_prefixes_are_independent(backend, bucket):
     one = Job.create(f"s3://{bucket}/data1", s3=backend.options)
     ten = Job.create(f"s3://{bucket}/data10", mode="overwrite", s3=backend.options)
-    r10 = write_task(ten, 0, 0, {"": b"ten"})
-    r1 = write_task(one, 0, 0, {"": b"one"})
+    r10 = write_task(ten, 0, {"": b"ten"})
+    r1 = write_task(one, 0, {"": b"one"})
     one.commit([r1])  # must not abort data10's pending upload
     assert len(pending_uploads(backend.client, bucket, "data10")) == 1
     ten.commit([r10])  # static overwrite of data10 must not delete data1's file
@@ -295,7 +279,7 @@ def test_sibling_prefixes_are_independent(backend, bucket):
 def test_a_manifest_from_another_job_is_refused(backend, bucket):
     a = Job.create(f"s3://{bucket}/t", s3=backend.options)
     b = Job.create(f"s3://{bucket}/t", s3=backend.options)
-    ref_b = write_task(b, 0, 0, {"": b"b"})
+    ref_b = write_task(b, 0, {"": b"b"})
     with pytest.raises(ManifestError, match="job"):
         a.commit([ref_b])
     assert visible_keys(backend.client, bucket, "t") == set()
@@ -305,7 +289,7 @@ def test_a_tampered_manifest_is_refused_before_anything_is_completed(backend, bu
     import dataclasses
 
     job = Job.create(f"s3://{bucket}/t", s3=backend.options)
-    ref = write_task(job, 0, 0, {"": b"x"})
+    ref = write_task(job, 0, {"": b"x"})
     upload = ref.manifest.uploads[0]
     evil = dataclasses.replace(upload, key=f"other/part-00000-{job.job_id}.c000.txt")
     bad = dataclasses.replace(ref, manifest=dataclasses.replace(ref.manifest, uploads=(evil,)))
@@ -318,7 +302,7 @@ def test_a_tampered_manifest_is_refused_before_anything_is_completed(backend, bu
 def test_committing_n_files_costs_n_completes_and_a_bounded_number_of_other_calls(backend, bucket):
     job = Job.create(f"s3://{bucket}/t", s3=backend.options)
     n = 40
-    refs = [write_task(job, t, 0, {"": b"%d" % t}) for t in range(n)]
+    refs = [write_task(job, t, {"": b"%d" % t}) for t in range(n)]
     job.store.reset_counts()
     job.commit(refs)
     counts = job.store.request_counts()
@@ -360,8 +344,8 @@ def test_an_endpoint_nothing_listens_on_fails_at_once_and_says_so():
 
 def test_a_refused_commit_can_still_be_aborted(backend, bucket):
     job = Job.create(f"s3://{bucket}/t", s3=backend.options)
-    a = write_task(job, 0, 0, {"": b"a"})
-    b = write_task(job, 0, 1, {"": b"b"})
+    a = write_task(job, 0, {"": b"a"})
+    b = write_task(job, 0, {"": b"b"}, attempt=1)
     with pytest.raises(DuplicateTaskResultError):
         job.commit([a, b])
     assert job.abort().aborted_uploads == 2
@@ -370,7 +354,7 @@ def test_a_refused_commit_can_still_be_aborted(backend, bucket):
 
 def test_a_commit_of_unknown_outcome_cannot_be_aborted(backend, bucket):
     job = Job.create(f"s3://{bucket}/t", s3=backend.options)
-    ref = write_task(job, 0, 0, {"": b"a"})
+    ref = write_task(job, 0, {"": b"a"})
     with faults.installed(faults.fail_at("commit.after_journal")):
         with pytest.raises(CommitStateUnknownError):
             job.commit([ref])

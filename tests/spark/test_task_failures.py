@@ -19,7 +19,7 @@ from tests.support.checks import pending_uploads, read_object
 
 pytestmark = SPARK_MARKS
 
-ROWS_PER_TASK = 3000  # three Arrow batches per task (BATCH_ROWS = 1000 in conftest)
+ROWS_PER_TASK = 3000  # three Arrow batches per task (SPARK_BATCH_ROWS = 1000 in tests/conftest.py)
 
 
 def failing_on_first_attempt(endpoint: str, bucket: str, prefix: str, evidence_bucket: str, how: str) -> Any:
