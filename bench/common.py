@@ -295,6 +295,35 @@ def interleaved(variants: Sequence[str], repeats: int) -> list[tuple[int, str]]:
     return order
 
 
+def abba(variants: Sequence[str], repeats: int) -> list[tuple[int, str]]:
+    """(repeat, variant) with each repeat's order mirrored in the next (AB BA AB BA ..., ABC CBA ...): a drift in
+    the machine's load that is linear over a pair of repeats falls on every variant alike, which a rotation
+    (:func:`interleaved`) only achieves over as many repeats as there are variants."""
+    order: list[tuple[int, str]] = []
+    for r in range(repeats):
+        sequence = list(variants) if r % 2 == 0 else list(reversed(variants))
+        order += [(r, v) for v in sequence]
+    return order
+
+
+def bootstrap_ratio_ci(num: Sequence[float], den: Sequence[float], *, confidence: float = 0.95,
+                       resamples: int = 10_000, seed: int = 0) -> tuple[float, float]:
+    """A percentile-bootstrap confidence interval for the median of per-repeat ratios ``num[i] / den[i]``.
+
+    The pairs are resampled whole (each repeat's two runs shared the machine's load). With fewer than three
+    pairs there is nothing to resample: the interval is (nan, nan).
+    """
+    import random
+
+    pairs = [a / b for a, b in zip(num, den) if b]
+    if len(pairs) < 3:
+        return float("nan"), float("nan")
+    rng = random.Random(seed)
+    medians = sorted(statistics.median(rng.choices(pairs, k=len(pairs))) for _ in range(resamples))
+    tail = (1 - confidence) / 2
+    return medians[int(tail * (resamples - 1))], medians[int((1 - tail) * (resamples - 1))]
+
+
 def median(values: Iterable[float]) -> float:
     vals = [v for v in values if v is not None]
     return statistics.median(vals) if vals else float("nan")
@@ -309,15 +338,17 @@ def ratio_spread(num: Sequence[float], den: Sequence[float]) -> dict[str, float]
     """A paired comparison three ways: the median of per-repeat ratios (the headline), their range, and the
     ratio of the two medians. When they disagree, the noise is larger than the difference."""
     pairs = [a / b for a, b in zip(num, den) if b]
+    ci_lo, ci_hi = bootstrap_ratio_ci(num, den)
     return {"paired": median(pairs), "lo": min(pairs) if pairs else float("nan"),
             "hi": max(pairs) if pairs else float("nan"), "of_medians": median(num) / median(den) if den else float("nan"),
-            "n": len(pairs)}
+            "n": len(pairs), "ci_lo": ci_lo, "ci_hi": ci_hi}
 
 
 def describe_ratio(r: dict[str, float], what: str = "times") -> str:
     if r.get("n", 0) <= 1:
         return f"{r['paired']:.2f}x (one pair)"
-    return (f"{r['paired']:.2f}x (median of {r['n']} per-repeat ratios, which ranged {r['lo']:.2f}-{r['hi']:.2f}x; "
+    ci = (f"95% CI {r['ci_lo']:.2f}-{r['ci_hi']:.2f}x, " if r.get("ci_lo", float("nan")) == r.get("ci_lo") else "")
+    return (f"{r['paired']:.2f}x ({ci}median of {r['n']} per-repeat ratios, which ranged {r['lo']:.2f}-{r['hi']:.2f}x; "
             f"ratio of the median {what} {r['of_medians']:.2f}x)")
 
 
