@@ -120,3 +120,11 @@ def parse_duration(text: str) -> float:
         if value >= 0:
             return value * units[raw[-1]]
     raise UsageError(f"{text!r} is not a duration: write 90s, 30m, 24h or 7d")
+
+
+def short_duration(seconds: float) -> str:
+    """``90`` -> ``"1.5m"``: a duration in its largest unit, for messages about a job's idle time."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f}{unit}"
+    return f"{seconds:.0f}s"

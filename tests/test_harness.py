@@ -84,7 +84,7 @@ def test_abort_leaves_nothing(backend: Backend, bucket: str) -> None:
 def test_pending_uploads_follows_key_and_upload_id_markers(backend: Backend, bucket: str) -> None:
     client = backend.client
     # Several uploads of one key, so that pages also split between upload ids of the same key.
-    expected = [(f"t/a", client.create_multipart_upload(Bucket=bucket, Key="t/a")["UploadId"]) for _ in range(3)]
+    expected = [("t/a", client.create_multipart_upload(Bucket=bucket, Key="t/a")["UploadId"]) for _ in range(3)]
     for i in range(12):
         key = f"t/k{i:03d}"
         expected.append((key, client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]))

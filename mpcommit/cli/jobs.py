@@ -111,14 +111,15 @@ def _action_json(a: RecoveryAction) -> dict[str, object]:
 @click.argument("uri", type=S3URI, metavar="S3URI")
 @click.option("--job", "job_id", type=JOB_ID, metavar="ID", help="Only this job (rolled back if it is not committing).")
 @click.option("--older-than", type=DURATION, metavar="DUR",
-              help="Also roll back uncommitted jobs at least this old (without it, writing jobs are left alone).")
+              help="Also roll back uncommitted jobs with no sign of life (a record or a new upload) for this long "
+                   "(without it, writing jobs are left alone).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of text.")
 @click.pass_context
 def recover_command(ctx: click.Context, uri: str, job_id: str | None, older_than: float | None, as_json: bool) -> None:
     """Finish interrupted commits under S3URI from their journals, and roll back old or named uncommitted jobs.
 
-    The result of finishing equals an uninterrupted commit. A job still writing and younger than --older-than
-    is left alone: it may be live.
+    The result of finishing equals an uninterrupted commit. A job that showed a sign of life (a record or a new
+    upload) within --older-than is left alone: it may be live.
     """
     dest = destination(uri)
     store = cli_context(ctx).store()

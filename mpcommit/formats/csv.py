@@ -18,7 +18,7 @@ intervals (a CSV field holds one plain value).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import pyarrow as pa
 

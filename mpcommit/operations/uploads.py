@@ -35,6 +35,7 @@ from ..errors import JobStateError, MpcommitError, NoSuchUploadError, OperationC
 from ..modes import JobState
 from ..protocol.inventory import JobStatus, find_owning_jobs, is_committing
 from ..protocol.layout import check_job_id, owner_of_key, parse_uri
+from ..sizing import short_duration
 from ..store.pool import ProgressHook, run_bounded
 from ..store.s3 import S3Store
 
@@ -312,18 +313,11 @@ def plan_abort(uploads: Iterable[InProgressUpload], jobs: dict[str, JobStatus], 
                 idle = job.idle_seconds(now)
                 threshold = older_than if older_than is not None else float("inf")
                 if idle is None or idle < threshold:
-                    active = f"active {_short_duration(idle)} ago" if idle is not None else "activity unknown"
+                    active = f"active {short_duration(idle)} ago" if idle is not None else "activity unknown"
                     protected.append(ProtectedUpload(u, f"job {job.job_id} may still be writing ({active})"))
                     continue
         selected.append(u)
     return AbortPlan(tuple(selected), tuple(protected), not_matched)
-
-
-def _short_duration(seconds: float) -> str:
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.1f}{unit}"
-    return f"{seconds:.0f}s"
 
 
 # ---------------------------------------------------------------- aborting

@@ -12,11 +12,13 @@ from enum import Enum
 from ..errors import MpcommitError
 from ..modes import JobState
 from ..options import S3Options
+from ..sizing import short_duration
 from ..store.s3 import S3Store, store_for
 from .commit import DEFAULT_COMMIT_THREADS, CommitReport, JobCommitter
 from .inventory import JobStatus, list_jobs
 from .layout import Destination, JobPaths, parse_uri
 from .records.job import CommitJournal
+
 
 class RecoveryOutcome(str, Enum):
     """What ``recover`` did to one job."""
@@ -45,9 +47,9 @@ def recover(
     threads: int = DEFAULT_COMMIT_THREADS,
     on_action: Callable[[RecoveryAction], None] | None = None,
 ) -> list[RecoveryAction]:
-    """Finish every committing job (or only ``job_id``) from its journal; roll back uncommitted jobs older
-    than ``older_than`` seconds, or the named job. A job that is writing and younger is left alone: it may be
-    live."""
+    """Finish every committing job (or only ``job_id``) from its journal; roll back uncommitted jobs that showed
+    no sign of life (a record or a new upload) for ``older_than`` seconds, or the named job. A job active more
+    recently is left alone: it may be live."""
     dest = parse_uri(destination) if isinstance(destination, str) else destination
     store = store or store_for(s3 or S3Options())
     actions: list[RecoveryAction] = []
@@ -79,12 +81,17 @@ def _recover_one(store: S3Store, dest: Destination, status: JobStatus, committer
         aborted, deleted = committer.discard_all()
         return RecoveryAction(status.job_id, RecoveryOutcome.FINISHED,
                               f"cleaned {deleted} records, aborted {aborted} uploads")
-    age = status.age_seconds(now)
-    old_enough = older_than is not None and age is not None and age >= older_than
-    if named or old_enough:
+    # Judged by its last sign of life, not its age, as the upload cleanup judges it: a job that started long
+    # ago and is still writing files is live, and rolling it back would cut it off mid-write.
+    idle = status.idle_seconds(now)
+    quiet_enough = older_than is not None and idle is not None and idle >= older_than
+    if named or quiet_enough:
         report = committer.abort()
         return RecoveryAction(status.job_id, RecoveryOutcome.ROLLED_BACK,
                               f"aborted {report.aborted_uploads} uploads, removed {report.deleted_records} records")
-    why = "it may still be writing; pass --older-than or --job to roll it back"
+    if older_than is not None and idle is not None:
+        why = (f"it was active {short_duration(idle)} ago, within --older-than, so it may still be writing; "
+               "pass --job to roll it back")
+    else:
+        why = "it may still be writing; pass --older-than or --job to roll it back"
     return RecoveryAction(status.job_id, RecoveryOutcome.SKIPPED, why)
-

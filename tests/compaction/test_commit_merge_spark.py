@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.csv as pcsv
 import pyarrow.dataset as ds
 import pytest
 

@@ -53,7 +53,6 @@ from tests.support.invariants import (
 
 DRIVER = Path(__file__).with_name("crash_driver.py")
 REPO = Path(__file__).resolve().parents[2]
-DELETE_BATCH = 2  # 5 old objects -> 3 delete batches
 
 
 @dataclass(frozen=True)

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
 
 import pyarrow as pa
-import pytest
 
 from mpcommit.spark import write
 from tests.spark.support import SPARK_MARKS, assert_clean, data_keys, read_table
