@@ -1,6 +1,7 @@
 # The two commands a newcomer needs (README.md):  make demo   and   make test
-# Everything they need is installed on first use: the project's venv (.venv) and LocalStack's own venv
-# (localstack/.venv, kept apart because LocalStack pins its own boto3).
+# Everything they need is installed on first use: the project's venv (.venv) with the extras `demo` (PySpark and
+# moto's S3 server) and `test` (pytest, the Spark Connect client), and LocalStack's own venv (localstack/.venv,
+# kept apart because LocalStack pins its own boto3).
 
 PYTHON ?= python3
 VENV   := .venv
@@ -25,7 +26,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[spark,test]'
+	$(PY) -m pip install --quiet -e '.[demo,test]'
 	touch $(STAMP)
 
 localstack-install:

@@ -21,14 +21,22 @@ import logging
 import threading
 from types import TracebackType
 
+from ..errors import UsageError
 from ..options import RetryPolicy, S3Options
 
-__all__ = ["EmbeddedS3Server"]
+__all__ = ["EmbeddedS3Server", "missing_demo_extra"]
 
 #: The fixed, fake credentials and region the embedded server is used with. moto accepts any credentials.
 ACCESS_KEY_ID = "test"
 SECRET_ACCESS_KEY = "test"
 REGION = "us-east-1"
+
+
+def missing_demo_extra(what: str) -> str:
+    """What to say when the demo's extra is not installed: ``pip install mpcommit`` leaves out the S3 test server
+    (and PySpark), which no production install needs."""
+    return (f"the demo needs {what}, which `pip install mpcommit` does not install (production installs need no S3 "
+            f"server): pip install 'mpcommit[demo]' (from a clone: pip install -e '.[demo]', or make demo)")
 
 
 class EmbeddedS3Server:
@@ -60,7 +68,10 @@ class EmbeddedS3Server:
             if self._server is not None:
                 return self
             # Imported here: moto is heavy to import and is only needed once a server is really wanted.
-            from moto.server import ThreadedMotoServer
+            try:
+                from moto.server import ThreadedMotoServer
+            except ImportError as exc:
+                raise UsageError(missing_demo_extra("moto's S3 server (moto[server])")) from exc
 
             if self._quiet:
                 werkzeug_logger = logging.getLogger("werkzeug")

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 import time
@@ -31,7 +32,7 @@ from ..protocol.commit import CommitReport
 from ..protocol.layout import parse_uri
 from ..protocol.records.success import SuccessData
 from ..store.s3 import store_for
-from .embedded_s3 import ACCESS_KEY_ID, REGION, SECRET_ACCESS_KEY, EmbeddedS3Server
+from .embedded_s3 import ACCESS_KEY_ID, REGION, SECRET_ACCESS_KEY, EmbeddedS3Server, missing_demo_extra
 
 BUCKET = "mpcommit-demo"
 TABLE = f"s3://{BUCKET}/events"
@@ -81,6 +82,11 @@ def run(rows: int = DEFAULT_ROWS, *, console: Console | None = None, spark_parti
     """Run the demo; return the exit status (0 when the data read back matches what was written)."""
     if rows < 1:
         raise UsageError(f"--rows must be at least 1, got {rows}")
+    # Before anything starts: name everything that is missing at once, rather than fail halfway.
+    missing = [what for module, what in (("pyspark", "PySpark"), ("moto.server", "moto's S3 server (moto[server])"))
+               if not _importable(module)]
+    if missing:
+        raise UsageError(missing_demo_extra(" and ".join(missing)))
     console = console or Console()
     started = time.monotonic()
     console.rule("[bold]mpcommit demo")
@@ -113,6 +119,13 @@ def run(rows: int = DEFAULT_ROWS, *, console: Console | None = None, spark_parti
 
 
 # ---------------------------------------------------------------- pieces
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a missing parent package (moto, for moto.server)
+        return False
+
+
 def _create_bucket(server: EmbeddedS3Server) -> None:
     # Setup outside the commit protocol, so it goes straight through boto3 rather than mpcommit's store.
     import boto3
