@@ -23,6 +23,19 @@ class ExecutorEnvironmentError(MpcommitError):
     """Spark's executors could not run mpcommit's tasks: their Python lacks mpcommit or one of its dependencies."""
 
 
+class SparkWriterError(UsageError):
+    """What PySpark's DataFrameWriter refuses too, refused under Spark's own error condition (``INVALID_SAVE_MODE``,
+    ``DATA_SOURCE_NOT_FOUND`` ...): the message starts ``[CONDITION]`` as Spark's do, and :meth:`getCondition`
+    answers as on a PySpark exception, so code written against Spark's errors still recognises them."""
+
+    def __init__(self, condition: str, message: str):
+        super().__init__(f"[{condition}] {message}")
+        self.condition = condition
+
+    def getCondition(self) -> str:  # noqa: N802 - PySparkException's name for it
+        return self.condition
+
+
 class DestinationExistsError(MpcommitError):
     """Mode ``error`` and the destination already holds data."""
 

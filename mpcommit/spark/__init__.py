@@ -1,8 +1,10 @@
-"""The PySpark binding: ``mpcommit.spark.write(df, "s3://bucket/table", ...)``.
+"""The PySpark binding: ``mpcommit.spark.write(df, "s3://bucket/table", ...)``, and the same shaped like PySpark's
+DataFrameWriter: ``mpcommit.spark.writer(df).mode("overwrite").partitionBy("dt").parquet("s3://bucket/table")``.
 
 The only part of mpcommit that imports pyspark.
 """
 
+from .fluent import DataFrameWriter, writer
 from .writer import write
 
-__all__ = ["write"]
+__all__ = ["DataFrameWriter", "write", "writer"]
