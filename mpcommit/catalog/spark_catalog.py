@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+from ..errors import UsageError
 from .base import (
     CatalogError,
     CatalogRequestError,
@@ -100,6 +101,12 @@ def unset_properties_sql(table: TableName, keys: Sequence[str]) -> str:
     return f"ALTER TABLE {table_sql(table)} UNSET TBLPROPERTIES IF EXISTS ({', '.join(sql_string(k) for k in sorted(keys))})"
 
 
+def is_connect_session(spark: Any) -> bool:
+    """True for a Spark Connect session (``SparkSession.builder.remote(...)``): a client with no JVM of its own.
+    Told by its class's module, so that no pyspark (nor its Connect client's gRPC) is imported here."""
+    return type(spark).__module__.startswith("pyspark.sql.connect.")
+
+
 # ---------------------------------------------------------------- the catalog
 class SparkSqlCatalog:
     """Registers commits in ``spark``'s session catalog (``spark_catalog``).
@@ -111,6 +118,16 @@ class SparkSqlCatalog:
     name = "spark"
 
     def __init__(self, spark: Any, *, clock: Callable[[], float] = time.time):
+        if is_connect_session(spark):
+            # Refused here, before a write that names this catalog runs any task: registering needs the session
+            # catalog's JVM objects (statistics through ExternalCatalog.alterPartitions, partition drops that
+            # keep the data), and a Connect client holds no JVM -- the data would commit, the registration fail.
+            raise UsageError(
+                "catalog 'spark' registers through the session catalog's JVM API (py4j: ExternalCatalog for "
+                "partition statistics and drops), which a Spark Connect session (sc://...) does not expose. Over "
+                "Connect, register in Glue (catalog='glue'), or write without table= and register afterwards from "
+                "a classic session: `mpcommit catalog sync S3URI --table db.name --catalog spark`."
+            )
         self.spark = spark
         self._clock = clock
 

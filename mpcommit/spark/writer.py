@@ -205,6 +205,10 @@ def _spark_runner(df: "DataFrame", job: Job) -> Runner | None:
     try:
         sc = df.sparkSession.sparkContext
     except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext
+        # Said, because the work moves: the merges' copies are requested, and files below S3's 5 MiB part
+        # minimum are read and re-uploaded, from this client process rather than from the cluster.
+        log.warning("job %s: a Spark Connect session has no SparkContext to run the commit-time merge as a Spark "
+                    "stage; the merges run on this process's threads", job.job_id)
         return None
 
     def run(bins: list[BinJob]) -> list[BinOutcome]:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 
-from tests.support.checks import all_keys, pending_uploads, visible_keys
+from mpcommit.protocol.commit import CommitReport
+from tests.support.checks import all_keys, list_objects, pending_uploads, visible_keys
 
 #: Marks of every Spark test module: the ``spark`` marker, and quiet about pyspark's pandas-version warning.
 SPARK_MARKS = [
@@ -50,3 +52,36 @@ def assert_clean(client: Any, bucket: str, prefix: str) -> None:
     assert pending_uploads(client, bucket, prefix) == []
     left = all_keys(client, bucket, f"{prefix}/_temporary/", exact_prefix=True)
     assert not left, f"job records left: {sorted(left)[:10]}"
+
+
+#: A job id (a UUID), as every data key carries it.
+JOB_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def files(client: Any, bucket: str, prefix: str) -> list[tuple[str, int]]:
+    """(relative key, size) of every object under ``prefix``, job ids replaced by JOB (several jobs' files may be
+    there), _SUCCESS left out (it carries times and the job id; its fields are compared through the report)."""
+    out = []
+    for o in list_objects(client, bucket, f"{prefix}/"):
+        relative = o["Key"][len(prefix) + 1:]
+        if relative != "_SUCCESS":
+            out.append((JOB_ID.sub("JOB", relative), o["Size"]))
+    return sorted(out)
+
+
+def partition_dirs(client: Any, bucket: str, prefix: str) -> set[str]:
+    return {o["Key"].split("/")[1] for o in list_objects(client, bucket, f"{prefix}/") if "/dt=" in o["Key"]}
+
+
+def same_report(a: CommitReport, b: CommitReport) -> dict[str, Any]:
+    """The report's fields that do not depend on the job id or on time, with the job id taken out of names."""
+    def fields(r: CommitReport) -> dict[str, Any]:
+        return {
+            "mode": r.mode, "outcome": r.outcome, "files": r.files, "bytes": r.bytes, "rows": r.rows,
+            "partitions": r.partitions, "aborted_uploads": r.aborted_uploads, "deleted_objects": r.deleted_objects,
+            "ignored": r.ignored, "partition_stats": dict(r.partition_stats),
+            "filenames": sorted(f.split("/", 1)[1].replace(r.job_id, "JOB") for f in r.filenames),
+            "timings": sorted(r.timings),
+        }
+    assert fields(a) == fields(b)
+    return fields(a)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from typing import Any
 
 import pytest
@@ -13,7 +12,7 @@ import pytest
 from mpcommit.errors import DestinationExistsError, SparkWriterError, UsageError
 from mpcommit.protocol.commit import CommitReport
 from mpcommit.spark import write, writer
-from tests.spark.support import SPARK_MARKS, assert_clean
+from tests.spark.support import SPARK_MARKS, assert_clean, files, partition_dirs, same_report
 from tests.support.checks import list_objects, pending_uploads, read_object
 from tests.support.spark_s3a import session_settings
 
@@ -30,39 +29,6 @@ def frame(spark: Any, fmt: str, days: list[str], start: int = 0) -> Any:
     rows = [(start + i, f"name {start + i}", days[i % len(days)]) for i in range(40)]
     df = spark.createDataFrame(rows, "id long, name string, dt string").repartition(2, "id")
     return df.selectExpr("concat(name, ';', id) AS value", "dt") if fmt == "text" else df
-
-
-#: A job id (a UUID), as every data key carries it.
-JOB_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-
-
-def files(client: Any, bucket: str, prefix: str) -> list[tuple[str, int]]:
-    """(relative key, size) of every object under ``prefix``, job ids replaced by JOB (several jobs' files may be
-    there), _SUCCESS left out (it carries times and the job id; its fields are compared through the report)."""
-    out = []
-    for o in list_objects(client, bucket, f"{prefix}/"):
-        relative = o["Key"][len(prefix) + 1:]
-        if relative != "_SUCCESS":
-            out.append((JOB_ID.sub("JOB", relative), o["Size"]))
-    return sorted(out)
-
-
-def partition_dirs(client: Any, bucket: str, prefix: str) -> set[str]:
-    return {o["Key"].split("/")[1] for o in list_objects(client, bucket, f"{prefix}/") if "/dt=" in o["Key"]}
-
-
-def same_report(a: CommitReport, b: CommitReport) -> dict[str, Any]:
-    """The report's fields that do not depend on the job id or on time, with the job id taken out of names."""
-    def fields(r: CommitReport) -> dict[str, Any]:
-        return {
-            "mode": r.mode, "outcome": r.outcome, "files": r.files, "bytes": r.bytes, "rows": r.rows,
-            "partitions": r.partitions, "aborted_uploads": r.aborted_uploads, "deleted_objects": r.deleted_objects,
-            "ignored": r.ignored, "partition_stats": dict(r.partition_stats),
-            "filenames": sorted(f.split("/", 1)[1].replace(r.job_id, "JOB") for f in r.filenames),
-            "timings": sorted(r.timings),
-        }
-    assert fields(a) == fields(b)
-    return fields(a)
 
 
 #: Per format: the fluent call (as a df.write line would make it) and the same write through write().
