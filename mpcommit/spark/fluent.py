@@ -26,6 +26,7 @@ silently ignored. This module is a translation only: the write itself is :func:`
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..compaction.planner import MergePolicy
@@ -98,16 +99,29 @@ def writer(
     existing table), ``max_open_writers``, ``commit_threads`` and ``writer_settings`` (multipart sizing).
     """
     _check_dataframe(df)
-    return DataFrameWriter(df, dict(s3=s3, merge=merge, table=table, catalog=catalog,
-                                    max_open_writers=max_open_writers, commit_threads=commit_threads,
-                                    writer=writer_settings))
+    return DataFrameWriter(df, _Settings(s3=s3, merge=merge, table=table, catalog=catalog,
+                                         max_open_writers=max_open_writers, commit_threads=commit_threads,
+                                         writer_settings=writer_settings))
+
+
+@dataclass(frozen=True)
+class _Settings:
+    """mpcommit's own settings of one writer (the keyword arguments of :func:`writer`), passed on to write()."""
+
+    s3: S3Options | None
+    merge: MergePolicy | None
+    table: str | None
+    catalog: "Catalog | str | None"
+    max_open_writers: int
+    commit_threads: int
+    writer_settings: WriterSettings | None
 
 
 class DataFrameWriter:
     """PySpark's ``DataFrameWriter`` over :func:`~mpcommit.spark.writer.write`: the same methods, arguments and
     defaults; each setter changes this writer and returns it, as PySpark's do. Made by :func:`writer`."""
 
-    def __init__(self, df: "DataFrame", settings: dict[str, Any]):
+    def __init__(self, df: "DataFrame", settings: _Settings):
         self._df = df
         self._settings = settings
         self._mode = "error"
@@ -282,8 +296,11 @@ class DataFrameWriter:
             if overwrite is not None:
                 _partition_overwrite(overwrite, given=True)  # a bad value is refused wherever it is given
             partition_overwrite = "static"
+        s = self._settings
         return write(self._df, path, fmt, mode=self._mode, partition_by=self._partition_by or None,
-                     partition_overwrite=partition_overwrite, options=options, **self._settings)
+                     partition_overwrite=partition_overwrite, options=options, s3=s.s3, merge=s.merge, table=s.table,
+                     catalog=s.catalog, max_open_writers=s.max_open_writers, commit_threads=s.commit_threads,
+                     writer=s.writer_settings)
 
 
 # ---------------------------------------------------------------- pure helpers
@@ -348,7 +365,7 @@ def _check_codec(fmt: str, options: dict[str, str]) -> None:
     not write is left to the format, which refuses it by name."""
     family = "parquet" if fmt == "parquet" else "text"
     for name in ("compression", "codec") if family == "text" else ("compression", "parquet.compression"):
-        value = options.get(next((k for k in options if k.lower() == name), ""), None)
+        value = _pop(options, name, keep=True)
         if value is None:
             continue
         folded = value.strip().lower()
