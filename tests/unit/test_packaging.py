@@ -41,6 +41,46 @@ def test_the_extras_hold_what_the_demo_the_engine_and_connect_need() -> None:
     assert {"spark", "connect", "demo"} <= set(test["mpcommit"].extras), "the tests run the demo and Connect"
 
 
+def module_level_imports(tree: ast.Module) -> list[str]:
+    """Top-level names a module imports when it is imported: not inside functions or classes, nor under
+    ``if TYPE_CHECKING``; relative imports left out."""
+    found: list[str] = []
+    pending: list[ast.stmt] = list(tree.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.Import):
+            found += [a.name.split(".")[0] for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append(node.module.split(".")[0])
+        elif isinstance(node, ast.If) and not (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
+            pending += node.body + node.orelse
+        elif isinstance(node, ast.Try):
+            pending += node.body + node.orelse + node.finalbody + [s for h in node.handlers for s in h.body]
+    return found
+
+
+def test_every_module_imports_only_what_a_plain_install_brings() -> None:
+    # What `pip install mpcommit` installs: its requirements and theirs. A module that imports anything else at
+    # import time breaks every executor that has only mpcommit (numpy, once, was such an import).
+    installed, pending = set(), list(requirements(None))
+    while pending:
+        name = pending.pop()
+        if name not in installed:
+            installed.add(name)
+            pending += [Requirement(r).name.lower() for r in metadata.requires(name) or []
+                        if Requirement(r).marker is None]
+    owners = metadata.packages_distributions()
+    missing = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for top in module_level_imports(ast.parse(path.read_text(), str(path))):
+            if top in sys.stdlib_module_names or top == "mpcommit":
+                continue
+            dists = {d.lower() for d in owners.get(top, [top])}
+            if not dists & installed:
+                missing.setdefault(path.relative_to(PACKAGE.parent).as_posix(), []).append(top)
+    assert not missing, f"imported at import time but not installed by `pip install mpcommit`: {missing}"
+
+
 def test_only_the_embedded_server_imports_moto() -> None:
     importers = []
     for path in sorted(PACKAGE.rglob("*.py")):
