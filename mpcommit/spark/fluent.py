@@ -14,7 +14,7 @@ the :class:`~mpcommit.protocol.commit.CommitReport` where PySpark returns None.
 
 mpcommit's own settings are not Spark's, so they are not on the chain: they are the keyword arguments of
 :func:`writer` (``s3``, ``merge``, ``table``/``catalog``, ``max_open_writers``, ``commit_threads``,
-``writer_settings``), the same as :func:`~mpcommit.spark.writer.write`'s.
+``writer_settings``, ``overwrite_bucket_root``), the same as :func:`~mpcommit.spark.writer.write`'s.
 
 Refused, by name and with what to do: what PySpark refuses, with Spark's error condition
 (:class:`~mpcommit.errors.SparkWriterError`: ``INVALID_SAVE_MODE``, ``DATA_SOURCE_NOT_FOUND``,
@@ -90,18 +90,20 @@ def writer(
     max_open_writers: int = DEFAULT_MAX_OPEN_WRITERS,
     commit_threads: int = DEFAULT_COMMIT_THREADS,
     writer_settings: WriterSettings | None = None,
+    overwrite_bucket_root: bool = False,
 ) -> "DataFrameWriter":
     """``df.write`` for mpcommit: ``writer(df).mode(...).partitionBy(...).option(...).parquet(uri)``.
 
     The keyword arguments are mpcommit's own settings, as in :func:`~mpcommit.spark.writer.write`: ``s3`` (how to
     reach the store; default boto3's usual sources), ``merge`` (a :class:`~mpcommit.compaction.MergePolicy` merging
     small files before they become visible), ``table`` and ``catalog`` (register the committed partitions in an
-    existing table), ``max_open_writers``, ``commit_threads`` and ``writer_settings`` (multipart sizing).
+    existing table), ``max_open_writers``, ``commit_threads``, ``writer_settings`` (multipart sizing) and
+    ``overwrite_bucket_root`` (allow an overwrite of a whole bucket, ``s3://bucket``).
     """
     _check_dataframe(df)
     return DataFrameWriter(df, _Settings(s3=s3, merge=merge, table=table, catalog=catalog,
                                          max_open_writers=max_open_writers, commit_threads=commit_threads,
-                                         writer_settings=writer_settings))
+                                         writer_settings=writer_settings, overwrite_bucket_root=overwrite_bucket_root))
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,7 @@ class _Settings:
     max_open_writers: int
     commit_threads: int
     writer_settings: WriterSettings | None
+    overwrite_bucket_root: bool
 
 
 class DataFrameWriter:
@@ -300,7 +303,7 @@ class DataFrameWriter:
         return write(self._df, path, fmt, mode=self._mode, partition_by=self._partition_by or None,
                      partition_overwrite=partition_overwrite, options=options, s3=s.s3, merge=s.merge, table=s.table,
                      catalog=s.catalog, max_open_writers=s.max_open_writers, commit_threads=s.commit_threads,
-                     writer=s.writer_settings)
+                     writer=s.writer_settings, overwrite_bucket_root=s.overwrite_bucket_root)
 
 
 # ---------------------------------------------------------------- pure helpers

@@ -33,15 +33,20 @@ def frame(spark: Any, fmt: str, days: list[str], start: int = 0) -> Any:
 
 #: Per format: the fluent call (as a df.write line would make it) and the same write through write().
 CASES = {
-    "parquet": (lambda w, uri: w.option("compression", "zstd").parquet(uri), dict(format="parquet", options={"compression": "zstd"})),
-    "csv": (lambda w, uri: w.csv(uri, header=True, sep=";"), dict(format="csv", options={"header": "true", "sep": ";"})),
-    "json": (lambda w, uri: w.format("json").option("compression", "gzip").save(uri), dict(format="json", options={"compression": "gzip"})),
-    "text": (lambda w, uri: w.text(uri, compression="gzip"), dict(format="text", options={"compression": "gzip"})),
+    "parquet": (lambda w, uri: w.option("compression", "zstd").parquet(uri),
+                dict(format="parquet", options={"compression": "zstd"})),
+    "csv": (lambda w, uri: w.csv(uri, header=True, sep=";"),
+            dict(format="csv", options={"header": "true", "sep": ";"})),
+    "json": (lambda w, uri: w.format("json").option("compression", "gzip").save(uri),
+             dict(format="json", options={"compression": "gzip"})),
+    "text": (lambda w, uri: w.text(uri, compression="gzip"),
+             dict(format="text", options={"compression": "gzip"})),
 }
 
 
 @pytest.mark.parametrize("fmt", list(CASES))
-def test_the_fluent_writer_makes_the_same_files_and_report_as_write_in_every_mode(spark, store, fmt) -> None:  # noqa: ANN001
+def test_the_fluent_writer_makes_the_same_files_and_report_as_write_in_every_mode(
+        spark, store, fmt) -> None:  # noqa: ANN001
     fluent_call, kwargs = CASES[fmt]
     bucket = store.new_bucket()
     a, b = f"s3://{bucket}/fluent", f"s3://{bucket}/write"
@@ -125,6 +130,9 @@ def test_mpcommits_own_settings_are_the_writer_arguments(spark, store) -> None: 
     df = frame(spark, "json", ["d1", "d2"]).repartition(8)
     report = writer(df, s3=store.options, merge=MergePolicy()).mode("append").partitionBy("dt").json(f"s3://{bucket}/t")
     assert report.files == 2 and report.rows == 40, "eight tasks' small files merged into one per partition"
+    root = writer(df, s3=store.options, overwrite_bucket_root=True).mode("overwrite").partitionBy("dt") \
+        .parquet(f"s3://{bucket}")
+    assert root.rows == 40 and all(f.startswith("dt=") for f in root.filenames), "the whole bucket was replaced"
     with pytest.raises(UsageError, match="merge must be None or a MergePolicy"):
         writer(df, s3=store.options, merge=1).json(f"s3://{bucket}/u")  # type: ignore[arg-type]
     with pytest.raises(UsageError, match="takes a PySpark DataFrame"):
@@ -163,7 +171,8 @@ def refused(spark: Any, store: Any, call: Any, error: type[Exception], match: st
     (lambda w, u: w.format("orc").save(u), "format 'orc'.*keep df.write for orc", None),
     (lambda w, u: w.orc(u), "format 'orc'.*mpcommit writes parquet, csv, json", None),
     (lambda w, u: w.option("compression", "lzo").parquet(u), "does not support compression 'lzo'", None),
-    (lambda w, u: w.csv(u, timestampFormat="yyyy"), "option.*'timestampFormat'", None),
+    (lambda w, u: w.json(u, timestampFormat="yyyy"), "option.*'timestampFormat'", None),
+    (lambda w, u: w.mode("overwrite").parquet(u.rsplit("/", 1)[0]), "overwrite_bucket_root=True", None),
     (lambda w, u: w.option("mergeSchemaX", "true").parquet(u), "option.*'mergeSchemaX'", None),
     (lambda w, u: w.bucketBy(4, "id").parquet(u), "bucketBy: mpcommit writes no bucketed output", None),
     (lambda w, u: w.clusterBy("id").parquet(u), "clusterBy: .*sortWithinPartitions", None),
