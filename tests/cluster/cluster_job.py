@@ -197,7 +197,9 @@ class Driver:
             if isinstance(block, list) and block[0] == name and block[1] == index:
                 driver._block_here(block, None)
 
-        faults.installed(hook).__enter__()  # for the life of the process
+        # For the life of the process; the context manager is kept, or its collection would remove the hook.
+        self._hook = faults.installed(hook)
+        self._hook.__enter__()
 
     def _block_here(self, block: Any, job_id: str | None) -> None:
         flags = Path(self._blocked["dir"])
@@ -271,7 +273,9 @@ class Driver:
         while self.running_tasks() and time.monotonic() < drain:
             time.sleep(0.2)
         # A job's end flushes the event log, with every event posted before it (the losers' ends included).
-        self.spark.range(1).count()
+        # Without an executor that job could never run: the log is then flushed when the application stops.
+        if self.executor_hosts():
+            self.spark.range(1).count()
         out["appId"] = self.sc.applicationId
         write_json(flags / "done.json", out)
         return out
