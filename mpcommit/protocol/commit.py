@@ -37,7 +37,7 @@ from ..modes import CommitMode, CommitOutcome, PartitionOverwrite, WriteMode
 from ..store.pool import ProgressHook, run_bounded
 from ..store.s3 import DELETE_BATCH, CompletedPart, S3Store, UploadInfo
 from . import faults
-from .layout import Destination, JobPaths, is_hidden_key, job_id_of_key
+from .layout import Destination, JobPaths, is_hidden_key, job_id_of_hidden_key, job_id_of_key
 from .records.job import CommitJournal, DeleteEntry, JobDescriptor, MergedFile
 from .records.manifest import PendingUpload, StagedFile, TaskManifest, TaskResult, merge_rows
 from .records.success import PartitionStats, SuccessData
@@ -372,23 +372,23 @@ class JobCommitter:
         if not journal.replace and not journal.delete:
             return 0
         bucket = self.destination.bucket
-        older: list[tuple[str | None, str]] = []
-        later_jobs: set[str] = set()
-        for rel in journal.replace:
-            for obj in self.store.list_objects(bucket, self._scope_prefix(rel)):
-                owner = job_id_of_key(self.destination, obj.key)
-                if is_hidden_key(self.destination, obj.key) or owner == self.job_id:
-                    continue
-                # Objects newer than the journal belong to a later job: a late recovery must not remove them.
-                if cutoff is not None and obj.last_modified is not None and obj.last_modified > cutoff:  # type: ignore[operator]
-                    if owner is not None:
-                        later_jobs.add(owner)
-                    continue
-                older.append((owner, obj.key))
-        # S3 stamps a multipart object with the time its upload *started*, so a concurrent job whose writes
-        # straddle the journal has files on both sides of the cutoff. Decide per job, never per file: one
-        # newer file marks a later job, and all of its files stay (no committed job loses part of its data).
-        doomed = [key for owner, key in older if owner is None or owner not in later_jobs]
+        doomed: list[str] = []
+        if journal.replace:
+            # A job whose commit is in flight -- running, or interrupted and waiting for `recover` -- has some
+            # files visible and the rest still pending; deleting the visible ones would leave it partial, and
+            # its recovery would take them for lost data and fail for ever. It is left whole, as if it committed
+            # after this one. Its journal exists before any of its files is visible and goes only once all are
+            # complete, so: list, then look for journals, then list again -- a job seen in the first listing
+            # without a journal now has finished, and the second listing holds all of its files.
+            first, _ = self._older_in_scope(journal, cutoff)
+            committing = committing_jobs(self.store, self.destination)
+            older, later_jobs = self._older_in_scope(journal, cutoff)
+            seen = {owner for owner, _key in first}
+            # S3 stamps a multipart object with the time its upload *started*, so a concurrent job whose writes
+            # straddle the journal has files on both sides of the cutoff. Decide per job, never per file: one
+            # newer file marks a later job, and all of its files stay (no committed job loses part of its data).
+            doomed = [key for owner, key in older
+                      if owner is None or (owner not in later_jobs and owner not in committing and owner in seen)]
         for entry in journal.delete:
             info = self.store.head_object(bucket, entry.key)
             if info is not None and info.etag == entry.etag:
@@ -400,6 +400,24 @@ class JobCommitter:
             deleted += self.store.delete_objects(bucket, doomed[start : start + DELETE_BATCH])
         self.progress("replace", deleted, len(doomed))
         return deleted
+
+    def _older_in_scope(self, journal: CommitJournal, cutoff: object) -> tuple[list[tuple[str | None, str]], set[str]]:
+        """(owner, key) of every visible object of another job in the replaced scope that is not newer than the
+        cutoff, and the jobs that have a newer one."""
+        older: list[tuple[str | None, str]] = []
+        later_jobs: set[str] = set()
+        for rel in journal.replace:
+            for obj in self.store.list_objects(self.destination.bucket, self._scope_prefix(rel)):
+                owner = job_id_of_key(self.destination, obj.key)
+                if is_hidden_key(self.destination, obj.key) or owner == self.job_id:
+                    continue
+                # Objects newer than the journal belong to a later job: a late recovery must not remove them.
+                if cutoff is not None and obj.last_modified is not None and obj.last_modified > cutoff:  # type: ignore[operator]
+                    if owner is not None:
+                        later_jobs.add(owner)
+                    continue
+                older.append((owner, obj.key))
+        return older, later_jobs
 
     def _abort_leftovers(self, journal: CommitJournal, winners: set[tuple[str, str]]) -> int:
         """Abort every other upload of this job: losers' manifests first, then whatever the listing shows."""
@@ -480,6 +498,16 @@ class JobCommitter:
         aborted += self._abort_listed_uploads()
         deleted = self._remove_records(journal_first=False)
         return aborted, deleted
+
+
+def committing_jobs(store: S3Store, destination: Destination) -> set[str]:
+    """Jobs of ``destination`` whose commit is in flight or was interrupted: those with a commit journal."""
+    out = set()
+    for obj in store.list_objects(destination.bucket, destination.hidden_root):
+        job_id = job_id_of_hidden_key(destination, obj.key)
+        if job_id is not None and obj.key == JobPaths(destination, job_id).journal:
+            out.add(job_id)
+    return out
 
 
 def _check_merged(merged: Sequence[MergedFile], *, staged_keys: set[str], keys: set[str], job_id: str) -> None:
