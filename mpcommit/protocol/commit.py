@@ -30,6 +30,7 @@ from ..errors import (
     JobStateError,
     ManifestError,
     MpcommitError,
+    NoSuchKeyError,
     NoSuchUploadError,
     ProtocolError,
 )
@@ -374,14 +375,15 @@ class JobCommitter:
         bucket = self.destination.bucket
         doomed: list[str] = []
         if journal.replace:
-            # A job whose commit is in flight -- running, or interrupted and waiting for `recover` -- has some
-            # files visible and the rest still pending; deleting the visible ones would leave it partial, and
-            # its recovery would take them for lost data and fail for ever. It is left whole, as if it committed
-            # after this one. Its journal exists before any of its files is visible and goes only once all are
-            # complete, so: list, then look for journals, then list again -- a job seen in the first listing
-            # without a journal now has finished, and the second listing holds all of its files.
+            # A write job whose commit is in flight -- running, or interrupted and waiting for `recover` -- has
+            # some files visible and the rest still pending; deleting the visible ones would leave it partial,
+            # and its recovery would take them for lost data and fail for ever. It is left whole, as if it
+            # committed after this one. Its journal exists before any of its files is visible and goes only once
+            # all are complete, so: list, then look for journals, then list again -- a job seen in the first
+            # listing without a journal now has finished, and the second listing holds all of its files.
+            # A compaction is not spared: its files hold older jobs' rows, which this overwrite replaces.
             first, _ = self._older_in_scope(journal, cutoff)
-            committing = committing_jobs(self.store, self.destination)
+            committing = self._committing_writes()
             older, later_jobs = self._older_in_scope(journal, cutoff)
             seen = {owner for owner, _key in first}
             # S3 stamps a multipart object with the time its upload *started*, so a concurrent job whose writes
@@ -400,6 +402,22 @@ class JobCommitter:
             deleted += self.store.delete_objects(bucket, doomed[start : start + DELETE_BATCH])
         self.progress("replace", deleted, len(doomed))
         return deleted
+
+    def _committing_writes(self) -> set[str]:
+        out = set()
+        for job_id in committing_jobs(self.store, self.destination):
+            paths = JobPaths(self.destination, job_id)
+            try:
+                other = CommitJournal.from_bytes(self.store.get_object(self.destination.bucket, paths.journal),
+                                                 where=paths.journal, destination=self.destination, job_id=job_id)
+            except NoSuchKeyError:
+                continue  # finished meanwhile: the second listing holds all of its files
+            except ManifestError:
+                out.add(job_id)  # unreadable: never delete what cannot be judged
+                continue
+            if other.purpose != "compact":
+                out.add(job_id)
+        return out
 
     def _older_in_scope(self, journal: CommitJournal, cutoff: object) -> tuple[list[tuple[str | None, str]], set[str]]:
         """(owner, key) of every visible object of another job in the replaced scope that is not newer than the
