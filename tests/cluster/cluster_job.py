@@ -73,7 +73,7 @@ def _client(endpoint: str) -> Any:
                         region_name="us-east-1", config=Config(s3={"addressing_style": "path"}))
 
 
-def generator(rows: int, big: frozenset[int], stall: dict[str, Any] | None) -> Any:
+def generator(rows: int, big: frozenset[int], stall: dict[str, Any] | None, label: str | None = None) -> Any:
     """The Python stage that makes each task's rows, tagged with the attempt that made them."""
 
     def generate(batches: Any) -> Any:
@@ -101,6 +101,7 @@ def generator(rows: int, big: frozenset[int], stall: dict[str, Any] | None) -> A
         for start in range(0, rows, BATCH_ROWS):
             ids = range(task * rows + start, task * rows + min(rows, start + BATCH_ROWS))
             yield pa.RecordBatch.from_pydict({
+                **({"run": pa.array([label] * len(ids), pa.string())} if label else {}),
                 "id": pa.array(list(ids), pa.int64()),
                 "task": pa.array([task] * len(ids), pa.int32()),
                 "attempt": pa.array([attempt] * len(ids), pa.int32()),
@@ -173,7 +174,8 @@ class Driver:
         self.spark = spark
         self.sc = spark.sparkContext
         self.dir = directory
-        self._blocked: dict[str, Any] = {}  # the block a write waits in, set before it starts
+        # The running write's flag directory and where it is to block (or die), set before it starts.
+        self._current: dict[str, Any] = {}
         self._install_blocks()
 
     # ------------------------------------------------------------ blocking at a commit point
@@ -182,29 +184,39 @@ class Driver:
         from mpcommit.protocol import faults
 
         driver = self
-        original = mpcommit.Job.commit
+        create, commit = mpcommit.Job.create, mpcommit.Job.commit
 
-        def commit(job: Any, *a: Any, **kw: Any) -> Any:
-            block = driver._blocked.get("spec")
-            if block == "before_journal":
-                driver._block_here(block, job.job_id)
-            return original(job, *a, **kw)
+        def create_and_say(*a: Any, **kw: Any) -> Any:
+            job = create(*a, **kw)
+            if driver._current.get("dir"):  # the soak learns the job id of a driver it may kill
+                write_json(Path(driver._current["dir"]) / "job.json", {"jobId": job.job_id, "at": time.time()})
+            return job
 
-        mpcommit.Job.commit = commit  # type: ignore[method-assign]
+        def commit_or_block(job: Any, *a: Any, **kw: Any) -> Any:
+            if driver._current.get("dir"):
+                write_json(Path(driver._current["dir"]) / "commit_start.json", {"jobId": job.job_id, "at": time.time()})
+            if driver._current.get("block") == "before_journal":
+                driver._block_here(job.job_id)
+            return commit(job, *a, **kw)
+
+        mpcommit.Job.create = create_and_say  # type: ignore[method-assign]
+        mpcommit.Job.commit = commit_or_block  # type: ignore[method-assign]
 
         def hook(name: str, index: int) -> None:
-            block = driver._blocked.get("spec")
+            block = driver._current.get("block")
             if isinstance(block, list) and block[0] == name and block[1] == index:
-                driver._block_here(block, None)
+                driver._block_here(None)
 
         # For the life of the process; the context manager is kept, or its collection would remove the hook.
         self._hook = faults.installed(hook)
         self._hook.__enter__()
 
-    def _block_here(self, block: Any, job_id: str | None) -> None:
-        flags = Path(self._blocked["dir"])
-        self._blocked = {}  # one block per write; the next write sets its own
-        write_json(flags / "blocked.json", {"block": block, "jobId": job_id, "at": time.time()})
+    def _block_here(self, job_id: str | None) -> None:
+        current, self._current = self._current, {}  # one block per write; the next write sets its own
+        if current.get("kill"):
+            os.kill(os.getpid(), signal.SIGKILL)  # the soak's random driver death, at a chosen commit point
+        write_json(Path(current["dir"]) / "blocked.json", {"block": current["block"], "jobId": job_id,
+                                                           "at": time.time()})
         threading.Event().wait()  # until the test kills this process
 
     # ------------------------------------------------------------ commands
@@ -231,8 +243,7 @@ class Driver:
 
         flags = Path(args["dir"])
         flags.mkdir(parents=True, exist_ok=True)
-        if args.get("block"):
-            self._blocked = {"spec": args["block"], "dir": str(flags)}
+        self._current = {"dir": str(flags), "block": args.get("block"), "kill": bool(args.get("kill"))}
         if args.get("delete_batch"):
             # Several delete batches without seeding thousands of old objects (as tests/reliability does).
             import mpcommit.protocol.commit as commit_module
@@ -240,15 +251,18 @@ class Driver:
             assert hasattr(commit_module, "DELETE_BATCH"), "the commit module no longer has DELETE_BATCH"
             commit_module.DELETE_BATCH = int(args["delete_batch"])
         endpoint, bucket, prefix = args["endpoint"], args["bucket"], args.get("prefix", "t")
-        options = S3Options(endpoint_url=endpoint, region="us-east-1", access_key_id="test", secret_access_key="test",
-                            retry=RetryPolicy(max_attempts=4, initial_delay=0.05, max_delay=0.5))
         tasks, rows = int(args.get("tasks", 4)), int(args.get("rows", 6000))
         big = frozenset(args.get("big", ()))
-        df = self.spark.range(0, tasks, 1, tasks).mapInArrow(generator(rows, big, args.get("stall")), SCHEMA)
+        schema = f"run string, {SCHEMA}" if args.get("label") else SCHEMA
+        df = self.spark.range(0, tasks, 1, tasks).mapInArrow(
+            generator(rows, big, args.get("stall"), args.get("label")), schema)
         hook = (stall_hook(args["stall"], endpoint=endpoint, bucket=bucket, prefix=prefix, big=big)
                 if args.get("stall") else None)
         watchdog = self._watchdog(float(args["cancel_without_executors"])) if args.get("cancel_without_executors") else None
         try:
+            retry = RetryPolicy(max_attempts=6, initial_delay=0.05, max_delay=1.0)
+            options = S3Options(endpoint_url=endpoint, region="us-east-1", access_key_id="test",
+                                secret_access_key="test", retry=retry)
             report = write(df, f"s3://{bucket}/{prefix}", format="parquet", mode=args.get("mode", "overwrite"),
                            partition_by=["k"], partition_overwrite=args.get("partition_overwrite", "static"),
                            # Row groups of 1 MiB: bytes reach the multipart writer (and parts reach S3) mid-task.
@@ -262,6 +276,7 @@ class Driver:
             out = {"error": type(exc).__name__, "message": str(exc)[:6000]}
             write_json(flags / "failed.json", out)
         finally:
+            self._current = {}
             if watchdog is not None:
                 watchdog.set()
         hold = args.get("hold_after_commit")
