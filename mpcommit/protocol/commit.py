@@ -19,7 +19,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -121,6 +121,8 @@ class JobCommitter:
         self.progress = progress or _noop
         self._completed = 0
         self._completed_lock = threading.Lock()
+        #: A compaction's directories left as an overwrite left them (see _check_sources); None for other jobs.
+        self._broken: set[str] | None = None
 
     # ------------------------------------------------------------ commit
     def commit(self, descriptor: JobDescriptor, results: Sequence[TaskResult], *, ignored: bool = False,
@@ -259,7 +261,7 @@ class JobCommitter:
             for merged_file in journal.merged:
                 yield merged_file.upload
 
-        def account(item: PendingUpload | StagedFile, _placed: None) -> None:
+        def account(item: PendingUpload | StagedFile) -> None:
             nonlocal total_bytes
             if isinstance(item, PendingUpload):
                 winners.add((item.key, item.upload_id))
@@ -271,13 +273,19 @@ class JobCommitter:
             rows_in.append(item.rows)
             per_partition[item.partition] = (files_in + 1, bytes_in + item.size, rows_in)
 
-        run_bounded(self._place, uploads(), threads=self.threads, on_result=account,
+        sources = self._check_sources(journal, manifests) if journal.delete else None
+        placed: list[PendingUpload | StagedFile] = []
+        run_bounded(self._place, uploads(), threads=self.threads, on_result=lambda item, _none: placed.append(item),
                     window=COMPLETES_QUEUED_PER_THREAD * self.threads, progress=self.progress, phase="complete")
+        if sources is not None:
+            placed = self._undo_broken(placed)
+        for item in placed:
+            account(item)
         timings["complete"] = time.monotonic() - t
         self.progress("completed", len(filenames), len(filenames))
 
         t = time.monotonic()
-        deleted = self._replace_old(journal, cutoff)
+        deleted = self._replace_old(journal, cutoff, sources)
         timings["replace"] = time.monotonic() - t
 
         t = time.monotonic()
@@ -313,7 +321,48 @@ class JobCommitter:
             partition_stats=dict(success.partition_stats or {}),
         )
 
+    # ------------------------------------------------------------ compaction: sources replaced by merged files
+    # A compaction's journal names the sources it deletes (pinned by ETag) once its merged files -- the same rows --
+    # are complete. An overwrite may remove some of them first, while the compaction runs or waits for `recover`:
+    # then a merged file of that directory holds rows the overwrite removed. Completing it would bring them back,
+    # and a merged file the overwrite deleted must not stop the recovery for ever (its directory's sources would
+    # stay next to the other merged files: every row twice). Such a directory is left as the overwrite left it:
+    # its merged files are aborted or deleted, its remaining sources kept.
+    def _check_sources(self, journal: CommitJournal, manifests: Callable[[], Iterator[TaskManifest]]) -> list[str]:
+        """The sources still as merged (to delete once the merged files are complete); sets the directories
+        whose sources someone else removed."""
+        bucket = self.destination.bucket
+        kept, gone = [], set()
+        for entry in journal.delete:
+            info = self.store.head_object(bucket, entry.key)
+            if info is not None and info.etag == entry.etag:
+                kept.append(entry.key)
+            else:
+                gone.add(_directory(entry.key))
+        if gone:
+            # The compaction deletes its sources only once every merged file is complete: if they all are, the
+            # missing sources are its own deletes, interrupted.
+            outputs = [u for m in manifests() for u in m.uploads]
+            if all((info := self.store.head_object(bucket, u.key)) is not None and info.size == u.size
+                   and _etag_matches(info.etag, u) for u in outputs):
+                gone = set()
+        self._broken = gone
+        return kept
+
+    def _undo_broken(self, placed: list[PendingUpload | StagedFile]) -> list[PendingUpload | StagedFile]:
+        """Delete the merged files completed in directories found broken while completing; return the rest."""
+        broken = self._broken or set()
+        undo = [item.key for item in placed if _directory(item.key) in broken]
+        if undo:
+            self.store.delete_objects(self.destination.bucket, undo)
+        return [item for item in placed if _directory(item.key) not in broken]
+
     def _place(self, item: PendingUpload | StagedFile) -> None:
+        if self._broken and isinstance(item, PendingUpload) and _directory(item.key) in self._broken:
+            # A merged file whose sources someone else removed: never complete it (see _check_sources); if it was
+            # completed before, _undo_broken deletes it.
+            self.store.abort_multipart_upload(self.destination.bucket, item.key, item.upload_id)
+            return
         if isinstance(item, StagedFile):
             self._move_staged(item)
         else:
@@ -334,6 +383,12 @@ class JobCommitter:
             # object itself can tell: same size and the multipart ETag of exactly these parts means ours.
             info = self.store.head_object(bucket, upload.key)
             if info is not None and info.size == upload.size and _etag_matches(info.etag, upload):
+                return
+            if self._broken is not None:
+                # A compaction's merged file, completed and deleted since (an overwrite replaced its rows):
+                # its directory is left as the overwrite left it (see _check_sources).
+                with self._completed_lock:
+                    self._broken.add(_directory(upload.key))
                 return
             raise CommitStateUnknownError(
                 f"job {self.job_id}: upload {upload.upload_id} of s3://{bucket}/{upload.key} is no longer pending and "
@@ -368,8 +423,9 @@ class JobCommitter:
             raise CommitFailedError(f"job {self.job_id} was not committed, nothing was made visible and no old "
                                     f"data was deleted: {exc}") from exc
 
-    def _replace_old(self, journal: CommitJournal, cutoff: object) -> int:
-        """Overwrite: delete older objects in the replaced scope, only after every new file is complete (I5)."""
+    def _replace_old(self, journal: CommitJournal, cutoff: object, sources: list[str] | None = None) -> int:
+        """Overwrite: delete older objects in the replaced scope, only after every new file is complete (I5).
+        Compaction: delete the ``sources`` still as merged, except in directories left broken."""
         if not journal.replace and not journal.delete:
             return 0
         bucket = self.destination.bucket
@@ -391,10 +447,7 @@ class JobCommitter:
             # newer file marks a later job, and all of its files stay (no committed job loses part of its data).
             doomed = [key for owner, key in older
                       if owner is None or (owner not in later_jobs and owner not in committing and owner in seen)]
-        for entry in journal.delete:
-            info = self.store.head_object(bucket, entry.key)
-            if info is not None and info.etag == entry.etag:
-                doomed.append(entry.key)
+        doomed += [key for key in sources or () if _directory(key) not in (self._broken or ())]
         self.progress("replace", 0, len(doomed))
         deleted = 0
         for batch_no, start in enumerate(range(0, len(doomed), DELETE_BATCH), 1):
@@ -545,6 +598,10 @@ def _check_merged(merged: Sequence[MergedFile], *, staged_keys: set[str], keys: 
             raise ProtocolError(
                 f"job {job_id} was not committed: merged file {m.upload.key!r} would replace another file of the job"
             )
+
+
+def _directory(key: str) -> str:
+    return key.rsplit("/", 1)[0] if "/" in key else ""
 
 
 def _replace_scope(mode: WriteMode, overwrite: PartitionOverwrite, partitions: Sequence[str]) -> tuple[str, ...]:

@@ -19,8 +19,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from mpcommit import Job
 from mpcommit.compaction.standalone import compact
+from mpcommit.errors import CommitStateUnknownError
+from mpcommit.protocol import faults
 from mpcommit.protocol.recovery import recover
 from tests.reliability import crash_driver as plan
 from tests.support.checks import pending_uploads
@@ -83,3 +87,42 @@ def test_a_compaction_leaves_an_interrupted_commit_whole_and_recover_finishes_it
     merged_lines = b"".join(v for k, v in seen.items() if j not in k).splitlines()
     assert sorted(merged_lines) == sorted(b"".join(_files(done, range(4)).values()).splitlines())
     assert pending_uploads(backend.client, bucket, "t") == [] and not job_records(backend.client, bucket, "t", j)
+
+
+# ---------------------------------------------------------------- an interrupted compaction next to an overwrite
+def _two_jobs_in_two_partitions(backend, bucket: str) -> list[Job]:
+    jobs = []
+    for _ in range(2):
+        job = Job.create(f"s3://{bucket}/t", mode="append", s3=backend.options)
+        job.commit([_write(job, t) for t in range(2)])  # task 0 -> dt=0, task 1 -> dt=1
+        jobs.append(job)
+    return jobs
+
+
+def _lines(backend, bucket: str) -> list[bytes]:
+    return sorted(b"".join(dataset(backend.client, bucket, "t").values()).splitlines())
+
+
+@pytest.mark.parametrize("point", ["commit.after_journal", "commit.after_complete"])
+def test_an_overwrite_between_an_interrupted_compaction_and_its_recovery(backend, point):
+    """The compaction of dt=0 and dt=1 is interrupted right after its journal (nothing merged visible yet) or after
+    its completes (both merged files visible next to their sources); then a dynamic overwrite replaces dt=0 --
+    its sources, and the merged file if visible. Recovery must neither resurrect dt=0's old rows (complete a
+    merged file whose sources are gone) nor fail for ever on the merged file the overwrite deleted (it used to:
+    dt=1 then kept its merged file *and* its sources, every row twice)."""
+    bucket = backend.new_bucket("mpc-inter")
+    old = _two_jobs_in_two_partitions(backend, bucket)
+    with faults.installed(faults.fail_at(point, 1)), pytest.raises(CommitStateUnknownError):
+        compact(f"s3://{bucket}/t", s3=backend.options, bin_threads=1, threads=1)
+    o = Job.create(f"s3://{bucket}/t", mode="overwrite", partition_overwrite="dynamic", s3=backend.options)
+    o.commit([_write(o, 0)])
+
+    actions = recover(f"s3://{bucket}/t", s3=backend.options)
+    assert [a.action for a in actions] == ["finished"], actions
+    # dt=0: only the overwrite's row; dt=1: the two old rows once each, in the merged file (sources deleted).
+    want = sorted([f"{o.job_id[:8]} task 0".encode()] + [f"{j.job_id[:8]} task 1".encode() for j in old])
+    assert _lines(backend, bucket) == want
+    seen = dataset(backend.client, bucket, "t")
+    assert not any(j.job_id in key for j in old for key in seen if key.startswith("t/dt=1/")), sorted(seen)
+    assert pending_uploads(backend.client, bucket, "t") == []
+    assert all(not job_records(backend.client, bucket, "t", a.job_id) for a in actions)
