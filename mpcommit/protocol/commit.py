@@ -121,7 +121,7 @@ class JobCommitter:
         self.progress = progress or _noop
         self._completed = 0
         self._completed_lock = threading.Lock()
-        #: A compaction's directories left as an overwrite left them (see _check_sources); None for other jobs.
+        #: A compaction's directories left as an overwrite left them (see _check_sources).
         self._broken: set[str] | None = None
 
     # ------------------------------------------------------------ commit
@@ -350,9 +350,12 @@ class JobCommitter:
         return kept
 
     def _undo_broken(self, placed: list[PendingUpload | StagedFile]) -> list[PendingUpload | StagedFile]:
-        """Delete the merged files completed in directories found broken while completing; return the rest."""
+        """Delete the merged files of broken directories that were completed before; return the rest."""
         broken = self._broken or set()
         undo = [item.key for item in placed if _directory(item.key) in broken]
+        # (A merged file whose sources are all there but which is neither pending nor visible is not taken for
+        # one an overwrite deleted: it may be a complete of the interrupted run still on its way. The commit
+        # fails as for any job, and a later recover finishes it.)
         if undo:
             self.store.delete_objects(self.destination.bucket, undo)
         return [item for item in placed if _directory(item.key) not in broken]
@@ -383,12 +386,6 @@ class JobCommitter:
             # object itself can tell: same size and the multipart ETag of exactly these parts means ours.
             info = self.store.head_object(bucket, upload.key)
             if info is not None and info.size == upload.size and _etag_matches(info.etag, upload):
-                return
-            if self._broken is not None:
-                # A compaction's merged file, completed and deleted since (an overwrite replaced its rows):
-                # its directory is left as the overwrite left it (see _check_sources).
-                with self._completed_lock:
-                    self._broken.add(_directory(upload.key))
                 return
             raise CommitStateUnknownError(
                 f"job {self.job_id}: upload {upload.upload_id} of s3://{bucket}/{upload.key} is no longer pending and "
