@@ -9,7 +9,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-quick install localstack-install s3a-install bench clean
+.PHONY: demo test test-quick install localstack-install s3a-install bench soak clean
 
 demo: $(STAMP)
 	$(VENV)/bin/mpcommit demo
@@ -38,6 +38,11 @@ s3a-install: $(STAMP)
 	@bash s3a/install.sh || { status=$$?; \
 	  if [ "$${CI:-}" = "true" ]; then echo "s3a-install failed (exit $$status) and CI=true" >&2; exit $$status; fi; \
 	  echo "s3a-install: continuing without the S3A jars; the s3a tests will be skipped" >&2; }
+
+# Everything at once for 10 minutes (SOAK_ARGS="--minutes 60" for longer): docs/RELIABILITY.md, "Soak".
+SOAK_ARGS ?=
+soak: $(STAMP) localstack-install
+	$(PY) -m tests.soak.soak --report soak-report.json $(SOAK_ARGS)
 
 bench: $(STAMP) s3a-install
 	$(PY) -m pip install --quiet -e '.[bench]'

@@ -26,9 +26,9 @@ from typing import Any
 
 from ..errors import MpcommitError
 from ..options import S3Options
-from ..protocol.commit import CommitReport
+from ..protocol.commit import CommitReport, committing_jobs
 from ..protocol.job import Job
-from ..protocol.layout import Destination, data_file_name, is_hidden_key, new_job_id, parse_uri
+from ..protocol.layout import Destination, data_file_name, is_hidden_key, job_id_of_key, new_job_id, parse_uri
 from ..protocol.records.job import DeleteEntry
 from ..protocol.records.manifest import INLINE_MAX_PARTS, PendingUpload, TaskManifest, TaskResult
 from ..store.pool import ProgressHook, run_bounded
@@ -197,6 +197,12 @@ def compact(
     timings: dict[str, float] = {}
 
     listing = list_candidates(store, destination, fmt)
+    # Files of a job whose commit is in flight or was interrupted stay where they are: `recover` completes
+    # that job's uploads again and must find its objects (see JobCommitter._replace_old). Its journal exists
+    # before any of its files is visible, so one look after the listing finds every such job.
+    committing = committing_jobs(store, destination)
+    if committing:
+        listing.candidates = [c for c in listing.candidates if job_id_of_key(destination, c.key) not in committing]
     kinds, listed, ignored = listing.kinds, listing.listed, listing.ignored
     progress("list", listed, listed)
     bins = plan_bins(listing.candidates, policy)

@@ -19,7 +19,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -30,6 +30,7 @@ from ..errors import (
     JobStateError,
     ManifestError,
     MpcommitError,
+    NoSuchKeyError,
     NoSuchUploadError,
     ProtocolError,
 )
@@ -37,7 +38,7 @@ from ..modes import CommitMode, CommitOutcome, PartitionOverwrite, WriteMode
 from ..store.pool import ProgressHook, run_bounded
 from ..store.s3 import DELETE_BATCH, CompletedPart, S3Store, UploadInfo
 from . import faults
-from .layout import Destination, JobPaths, is_hidden_key, job_id_of_key
+from .layout import Destination, JobPaths, is_hidden_key, job_id_of_hidden_key, job_id_of_key
 from .records.job import CommitJournal, DeleteEntry, JobDescriptor, MergedFile
 from .records.manifest import PendingUpload, StagedFile, TaskManifest, TaskResult, merge_rows
 from .records.success import PartitionStats, SuccessData
@@ -120,6 +121,8 @@ class JobCommitter:
         self.progress = progress or _noop
         self._completed = 0
         self._completed_lock = threading.Lock()
+        #: A compaction's directories left as an overwrite left them (see _check_sources).
+        self._broken: set[str] | None = None
 
     # ------------------------------------------------------------ commit
     def commit(self, descriptor: JobDescriptor, results: Sequence[TaskResult], *, ignored: bool = False,
@@ -258,7 +261,7 @@ class JobCommitter:
             for merged_file in journal.merged:
                 yield merged_file.upload
 
-        def account(item: PendingUpload | StagedFile, _placed: None) -> None:
+        def account(item: PendingUpload | StagedFile) -> None:
             nonlocal total_bytes
             if isinstance(item, PendingUpload):
                 winners.add((item.key, item.upload_id))
@@ -270,13 +273,19 @@ class JobCommitter:
             rows_in.append(item.rows)
             per_partition[item.partition] = (files_in + 1, bytes_in + item.size, rows_in)
 
-        run_bounded(self._place, uploads(), threads=self.threads, on_result=account,
+        sources = self._check_sources(journal, manifests) if journal.delete else None
+        placed: list[PendingUpload | StagedFile] = []
+        run_bounded(self._place, uploads(), threads=self.threads, on_result=lambda item, _none: placed.append(item),
                     window=COMPLETES_QUEUED_PER_THREAD * self.threads, progress=self.progress, phase="complete")
+        if sources is not None:
+            placed = self._undo_broken(placed)
+        for item in placed:
+            account(item)
         timings["complete"] = time.monotonic() - t
         self.progress("completed", len(filenames), len(filenames))
 
         t = time.monotonic()
-        deleted = self._replace_old(journal, cutoff)
+        deleted = self._replace_old(journal, cutoff, sources)
         timings["replace"] = time.monotonic() - t
 
         t = time.monotonic()
@@ -312,7 +321,51 @@ class JobCommitter:
             partition_stats=dict(success.partition_stats or {}),
         )
 
+    # ------------------------------------------------------------ compaction: sources replaced by merged files
+    # A compaction's journal names the sources it deletes (pinned by ETag) once its merged files -- the same rows --
+    # are complete. An overwrite may remove some of them first, while the compaction runs or waits for `recover`:
+    # then a merged file of that directory holds rows the overwrite removed. Completing it would bring them back,
+    # and a merged file the overwrite deleted must not stop the recovery for ever (its directory's sources would
+    # stay next to the other merged files: every row twice). Such a directory is left as the overwrite left it:
+    # its merged files are aborted or deleted, its remaining sources kept.
+    def _check_sources(self, journal: CommitJournal, manifests: Callable[[], Iterator[TaskManifest]]) -> list[str]:
+        """The sources still as merged (to delete once the merged files are complete); sets the directories
+        whose sources someone else removed."""
+        bucket = self.destination.bucket
+        kept, gone = [], set()
+        for entry in journal.delete:
+            info = self.store.head_object(bucket, entry.key)
+            if info is not None and info.etag == entry.etag:
+                kept.append(entry.key)
+            else:
+                gone.add(_directory(entry.key))
+        if gone:
+            # The compaction deletes its sources only once every merged file is complete: if they all are, the
+            # missing sources are its own deletes, interrupted.
+            outputs = [u for m in manifests() for u in m.uploads]
+            if all((info := self.store.head_object(bucket, u.key)) is not None and info.size == u.size
+                   and _etag_matches(info.etag, u) for u in outputs):
+                gone = set()
+        self._broken = gone
+        return kept
+
+    def _undo_broken(self, placed: list[PendingUpload | StagedFile]) -> list[PendingUpload | StagedFile]:
+        """Delete the merged files of broken directories that were completed before; return the rest."""
+        broken = self._broken or set()
+        undo = [item.key for item in placed if _directory(item.key) in broken]
+        # (A merged file whose sources are all there but which is neither pending nor visible is not taken for
+        # one an overwrite deleted: it may be a complete of the interrupted run still on its way. The commit
+        # fails as for any job, and a later recover finishes it.)
+        if undo:
+            self.store.delete_objects(self.destination.bucket, undo)
+        return [item for item in placed if _directory(item.key) not in broken]
+
     def _place(self, item: PendingUpload | StagedFile) -> None:
+        if self._broken and isinstance(item, PendingUpload) and _directory(item.key) in self._broken:
+            # A merged file whose sources someone else removed: never complete it (see _check_sources); if it was
+            # completed before, _undo_broken deletes it.
+            self.store.abort_multipart_upload(self.destination.bucket, item.key, item.upload_id)
+            return
         if isinstance(item, StagedFile):
             self._move_staged(item)
         else:
@@ -367,15 +420,62 @@ class JobCommitter:
             raise CommitFailedError(f"job {self.job_id} was not committed, nothing was made visible and no old "
                                     f"data was deleted: {exc}") from exc
 
-    def _replace_old(self, journal: CommitJournal, cutoff: object) -> int:
-        """Overwrite: delete older objects in the replaced scope, only after every new file is complete (I5)."""
+    def _replace_old(self, journal: CommitJournal, cutoff: object, sources: list[str] | None = None) -> int:
+        """Overwrite: delete older objects in the replaced scope, only after every new file is complete (I5).
+        Compaction: delete the ``sources`` still as merged, except in directories left broken."""
         if not journal.replace and not journal.delete:
             return 0
         bucket = self.destination.bucket
+        doomed: list[str] = []
+        if journal.replace:
+            # A write job whose commit is in flight -- running, or interrupted and waiting for `recover` -- has
+            # some files visible and the rest still pending; deleting the visible ones would leave it partial,
+            # and its recovery would take them for lost data and fail for ever. It is left whole, as if it
+            # committed after this one. Its journal exists before any of its files is visible and goes only once
+            # all are complete, so: list, then look for journals, then list again -- a job seen in the first
+            # listing without a journal now has finished, and the second listing holds all of its files.
+            # A compaction is not spared: its files hold older jobs' rows, which this overwrite replaces.
+            first, _ = self._older_in_scope(journal, cutoff)
+            committing = self._committing_writes()
+            older, later_jobs = self._older_in_scope(journal, cutoff)
+            seen = {owner for owner, _key in first}
+            # S3 stamps a multipart object with the time its upload *started*, so a concurrent job whose writes
+            # straddle the journal has files on both sides of the cutoff. Decide per job, never per file: one
+            # newer file marks a later job, and all of its files stay (no committed job loses part of its data).
+            doomed = [key for owner, key in older
+                      if owner is None or (owner not in later_jobs and owner not in committing and owner in seen)]
+        doomed += [key for key in sources or () if _directory(key) not in (self._broken or ())]
+        self.progress("replace", 0, len(doomed))
+        deleted = 0
+        for batch_no, start in enumerate(range(0, len(doomed), DELETE_BATCH), 1):
+            faults.checkpoint("commit.before_delete_batch", batch_no)
+            deleted += self.store.delete_objects(bucket, doomed[start : start + DELETE_BATCH])
+        self.progress("replace", deleted, len(doomed))
+        return deleted
+
+    def _committing_writes(self) -> set[str]:
+        out = set()
+        for job_id in committing_jobs(self.store, self.destination):
+            paths = JobPaths(self.destination, job_id)
+            try:
+                other = CommitJournal.from_bytes(self.store.get_object(self.destination.bucket, paths.journal),
+                                                 where=paths.journal, destination=self.destination, job_id=job_id)
+            except NoSuchKeyError:
+                continue  # finished meanwhile: the second listing holds all of its files
+            except ManifestError:
+                out.add(job_id)  # unreadable: never delete what cannot be judged
+                continue
+            if other.purpose != "compact":
+                out.add(job_id)
+        return out
+
+    def _older_in_scope(self, journal: CommitJournal, cutoff: object) -> tuple[list[tuple[str | None, str]], set[str]]:
+        """(owner, key) of every visible object of another job in the replaced scope that is not newer than the
+        cutoff, and the jobs that have a newer one."""
         older: list[tuple[str | None, str]] = []
         later_jobs: set[str] = set()
         for rel in journal.replace:
-            for obj in self.store.list_objects(bucket, self._scope_prefix(rel)):
+            for obj in self.store.list_objects(self.destination.bucket, self._scope_prefix(rel)):
                 owner = job_id_of_key(self.destination, obj.key)
                 if is_hidden_key(self.destination, obj.key) or owner == self.job_id:
                     continue
@@ -385,21 +485,7 @@ class JobCommitter:
                         later_jobs.add(owner)
                     continue
                 older.append((owner, obj.key))
-        # S3 stamps a multipart object with the time its upload *started*, so a concurrent job whose writes
-        # straddle the journal has files on both sides of the cutoff. Decide per job, never per file: one
-        # newer file marks a later job, and all of its files stay (no committed job loses part of its data).
-        doomed = [key for owner, key in older if owner is None or owner not in later_jobs]
-        for entry in journal.delete:
-            info = self.store.head_object(bucket, entry.key)
-            if info is not None and info.etag == entry.etag:
-                doomed.append(entry.key)
-        self.progress("replace", 0, len(doomed))
-        deleted = 0
-        for batch_no, start in enumerate(range(0, len(doomed), DELETE_BATCH), 1):
-            faults.checkpoint("commit.before_delete_batch", batch_no)
-            deleted += self.store.delete_objects(bucket, doomed[start : start + DELETE_BATCH])
-        self.progress("replace", deleted, len(doomed))
-        return deleted
+        return older, later_jobs
 
     def _abort_leftovers(self, journal: CommitJournal, winners: set[tuple[str, str]]) -> int:
         """Abort every other upload of this job: losers' manifests first, then whatever the listing shows."""
@@ -482,6 +568,16 @@ class JobCommitter:
         return aborted, deleted
 
 
+def committing_jobs(store: S3Store, destination: Destination) -> set[str]:
+    """Jobs of ``destination`` whose commit is in flight or was interrupted: those with a commit journal."""
+    out = set()
+    for obj in store.list_objects(destination.bucket, destination.hidden_root):
+        job_id = job_id_of_hidden_key(destination, obj.key)
+        if job_id is not None and obj.key == JobPaths(destination, job_id).journal:
+            out.add(job_id)
+    return out
+
+
 def _check_merged(merged: Sequence[MergedFile], *, staged_keys: set[str], keys: set[str], job_id: str) -> None:
     """Before the journal: every merged source must be a staged file of a winner, and a merged file may only
     take the name of one of its own sources (which then is not moved in)."""
@@ -499,6 +595,10 @@ def _check_merged(merged: Sequence[MergedFile], *, staged_keys: set[str], keys: 
             raise ProtocolError(
                 f"job {job_id} was not committed: merged file {m.upload.key!r} would replace another file of the job"
             )
+
+
+def _directory(key: str) -> str:
+    return key.rsplit("/", 1)[0] if "/" in key else ""
 
 
 def _replace_scope(mode: WriteMode, overwrite: PartitionOverwrite, partitions: Sequence[str]) -> tuple[str, ...]:

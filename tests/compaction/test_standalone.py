@@ -293,13 +293,14 @@ def test_cli(backend, bucket) -> None:
 
 
 def test_request_counts(backend, bucket) -> None:
-    """Six small files in one partition cost exactly this: one listing to plan and one to check the sources
-    again before the commit (not a HEAD each), one GET per source, one part, and the job's bookkeeping."""
+    """Six small files in one partition cost exactly this: one listing to plan, one of the journals (files of a
+    job that is committing are left alone) and one to check the sources again before the commit (not a HEAD
+    each), one GET per source, one part, and the job's bookkeeping."""
     for i in range(6):
         put(backend, bucket, f"t/dt=1/{i}.json", lines_of(str(i), 1000, seed=i))
     report = compact(f"s3://{bucket}/t", s3=backend.options)
     assert report.requests == {
-        "list_objects_v2": 4,  # plan, re-check sources, the commit's loser-manifest scan and record cleanup
+        "list_objects_v2": 5,  # plan, journals, re-check sources, the commit's loser-manifest scan and cleanup
         "head_bucket": 1, "put_object": 4,  # job descriptor, manifest, journal, _SUCCESS
         "create_multipart_upload": 1, "get_object": 6, "upload_part": 1, "complete_multipart_upload": 1,
         "head_object": 7,  # the journal, and the ETag check before each source is deleted
