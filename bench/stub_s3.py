@@ -9,7 +9,9 @@ It is NOT an S3 implementation. It answers the few calls a job commit makes, wit
 * multipart uploads: CompleteMultipartUpload answers a canned result for any upload id (the body is not
   parsed: nothing is checked), except ids listed with ``--gone`` behaviour below; AbortMultipartUpload
   answers 204; ListMultipartUploads answers an empty listing; CreateMultipartUpload a fresh id.
-* an upload id that starts with ``gone-`` answers NoSuchUpload (to exercise the client's recovery path).
+* an upload id that starts with ``gone-`` answers NoSuchUpload (to exercise the client's recovery path);
+* the bucket owner is ``111122223333``: a request whose ``x-amz-expected-bucket-owner`` names another answers
+  403 AccessDenied, as S3 does (so that tests can see the header is sent).
 
 Signatures are not checked. One asyncio event loop, HTTP/1.1 keep-alive, no threads: a request costs tens of
 microseconds of server CPU, against about a millisecond of client CPU for a boto3 call. Moto or LocalStack
@@ -33,6 +35,7 @@ from xml.sax.saxutils import escape
 _ids = itertools.count(1)
 _objects: dict[str, dict[str, tuple[bytes, str, float]]] = {}  # bucket -> key -> (body, etag, mtime)
 _XML = b'<?xml version="1.0" encoding="UTF-8"?>\n'
+OWNER = "111122223333"
 
 
 def _iso(ts: float) -> str:
@@ -51,6 +54,8 @@ def handle(method: str, target: str, headers: dict[str, str], body: bytes) -> tu
     bucket, _, key = path.partition("/")
     store = _objects.setdefault(bucket, {})
     xml = {"Content-Type": "application/xml"}
+    if headers.get("x-amz-expected-bucket-owner", OWNER) != OWNER:
+        return _error(403, "AccessDenied", "Access Denied")
     if key:
         if method == "POST" and "uploadId" in query:
             if query["uploadId"].startswith("gone-"):
