@@ -161,12 +161,15 @@ class JobCommitter:
             for r in by_task.values():
                 if r.manifest is not None:
                     r.manifest.validate(destination=self.destination, job_id=self.job_id, where=r.manifest_key)
-                    manifest = r.manifest
-                else:
-                    manifest = self._read_manifest(r.manifest_key)
-                if merged:  # only then are the keys worth holding
+                    if merged:  # only then are the keys worth holding
+                        winner_keys.update(u.key for u in r.manifest.uploads)
+                        staged_keys.update(f.key for f in r.manifest.staged)
+            # Referenced manifests: read ahead in parallel, validated as they are read, each dropped at once.
+            for manifest in self._stream_manifests([r.manifest_key for r in by_task.values() if r.manifest is None], {}):
+                if merged:
                     winner_keys.update(u.key for u in manifest.uploads)
                     staged_keys.update(f.key for f in manifest.staged)
+                del manifest  # not held while the next is read, nor through the completes
         except ManifestError:
             raise
         except MpcommitError as exc:
