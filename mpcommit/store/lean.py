@@ -74,19 +74,18 @@ class LeanCompleter:
     """CompleteMultipartUpload signed by botocore's SigV4 signer and sent on a urllib3 pool. Thread-safe."""
 
     def __init__(self, client: Any, credentials: Any, *, max_connections: int, connect_timeout: float,
-                 read_timeout: float, expected_bucket_owner: str | None = None):
+                 read_timeout: float, expected_bucket_owner: str | None = None, ca_bundle: str | None = None):
         self._client = client
         self._credentials = credentials
         self._region = client.meta.region_name or "us-east-1"
         self._owner = expected_bucket_owner
         self._bases: dict[str, tuple[str, Any]] = {}  # bucket -> (URL before the key, its connection pool)
         self._lock = threading.Lock()
-        verify = getattr(client.meta.config, "verify", None)
+        # TLS verified as botocore verifies it: the configured CA bundle, else certifi's.
         self._pool = urllib3.PoolManager(
             num_pools=16, maxsize=max_connections, block=False, retries=False,
             timeout=urllib3.Timeout(connect=connect_timeout, read=read_timeout),
-            ca_certs=get_cert_path(True if verify is None else verify) if verify is not False else None,
-            cert_reqs="CERT_NONE" if verify is False else "CERT_REQUIRED",
+            ca_certs=ca_bundle or get_cert_path(True), cert_reqs="CERT_REQUIRED",
         )
         self.user_agent = f"mpcommit lean-complete botocore/{botocore_version}"
 

@@ -108,8 +108,9 @@ class S3Store:
         #: The credentials of a client made here from ``options``; None for a client given by the caller, whose
         #: requests then all go through it (the lean complete path needs to know what signs).
         self._credentials: Any | None = None
+        self._ca_bundle: str | None = None
         if client is None:
-            client, self._credentials = _make_client_and_credentials(options)
+            client, self._credentials, self._ca_bundle = _make_client_and_credentials(options)
         self._client = client
         self._lean: LeanCompleter | None = None
         self._lean_checked = False
@@ -240,7 +241,7 @@ class S3Store:
                         self._lean = LeanCompleter(
                             self._client, self._credentials, max_connections=opts.max_pool_connections,
                             connect_timeout=opts.connect_timeout, read_timeout=opts.read_timeout,
-                            expected_bucket_owner=opts.expected_bucket_owner)
+                            expected_bucket_owner=opts.expected_bucket_owner, ca_bundle=self._ca_bundle)
                     self._lean_checked = True
         return self._lean
 
@@ -489,8 +490,9 @@ def _make_client(options: S3Options) -> Any:
     return _make_client_and_credentials(options)[0]
 
 
-def _make_client_and_credentials(options: S3Options) -> tuple[Any, Any]:
-    """A boto3 client for ``options`` and the credentials it signs with (None when there are none)."""
+def _make_client_and_credentials(options: S3Options) -> tuple[Any, Any, str | None]:
+    """A boto3 client for ``options``, the credentials it signs with (None when there are none) and the CA
+    bundle it verifies TLS with when one is configured (AWS_CA_BUNDLE or the profile's ca_bundle)."""
     try:
         return _session_client(options)
     except (BotoCoreError, ValueError) as exc:
@@ -498,7 +500,7 @@ def _make_client_and_credentials(options: S3Options) -> tuple[Any, Any]:
                          "AWS_ENDPOINT_URL)") from exc
 
 
-def _session_client(options: S3Options) -> tuple[Any, Any]:
+def _session_client(options: S3Options) -> tuple[Any, Any, str | None]:
     session = boto3.session.Session(
         profile_name=options.profile,
         aws_access_key_id=options.access_key_id,
@@ -518,4 +520,6 @@ def _session_client(options: S3Options) -> tuple[Any, Any]:
         response_checksum_validation="when_required",
     )
     client = session.client("s3", endpoint_url=options.endpoint_url, config=config)
-    return client, session.get_credentials()
+    core = getattr(session, "_session", None)  # botocore's session: where boto3 resolves ca_bundle too
+    ca_bundle = core.get_config_variable("ca_bundle") if core is not None else None
+    return client, session.get_credentials(), ca_bundle

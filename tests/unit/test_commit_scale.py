@@ -180,3 +180,14 @@ def test_referenced_manifests_are_read_ahead_in_parallel_within_bounds(monkeypat
     assert held_max <= most_held
     if gate is not None:
         assert concurrent_max >= 2  # read in parallel
+
+
+def test_the_lean_path_verifies_tls_with_the_configured_ca_bundle(stub, monkeypatch, tmp_path):
+    bundle = tmp_path / "ca.pem"
+    bundle.write_text("")
+    monkeypatch.setenv("AWS_CA_BUNDLE", str(bundle))
+    lean = S3Store(_options(stub))._lean_completer()
+    assert lean is not None and lean._pool.connection_pool_kw["ca_certs"] == str(bundle)
+    monkeypatch.delenv("AWS_CA_BUNDLE")
+    lean = S3Store(_options(stub))._lean_completer()
+    assert lean is not None and lean._pool.connection_pool_kw["ca_certs"] != str(bundle)
