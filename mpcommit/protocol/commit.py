@@ -16,10 +16,13 @@ deletes skip what is gone, and ``_SUCCESS`` is rewritten.
 from __future__ import annotations
 
 import logging
+import queue
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -35,6 +38,7 @@ from ..errors import (
     ProtocolError,
 )
 from ..modes import CommitMode, CommitOutcome, PartitionOverwrite, WriteMode
+from ..options import S3Options
 from ..store.pool import ProgressHook, run_bounded
 from ..store.s3 import DELETE_BATCH, CompletedPart, S3Store, UploadInfo
 from . import faults
@@ -47,8 +51,14 @@ log = logging.getLogger(__name__)
 
 DEFAULT_COMMIT_THREADS = 32
 #: Completes queued per commit thread: a deep queue keeps the threads busy while the driver reads the next
-#: manifest, and still bounds what the driver holds (manifests are read one at a time, as their turn comes).
+#: manifest, and still bounds what the driver holds.
 COMPLETES_QUEUED_PER_THREAD = 4
+#: Referenced manifests read ahead, in parallel, while the completes of earlier ones run: at most this many at
+#: once, and only as many as hold about MANIFEST_PARTS_AHEAD parts (see _stream_manifests) -- never all.
+MANIFESTS_AHEAD = 16
+MANIFEST_PARTS_AHEAD = 50_000
+#: Uploads handed to a commit process at a time (see JobCommitter.processes).
+PROCESS_CHUNK = 256
 
 
 class CatalogSummary(Protocol):
@@ -111,9 +121,12 @@ class JobCommitter:
 
     def __init__(
         self, store: S3Store, destination: Destination, job_id: str, *,
-        threads: int = DEFAULT_COMMIT_THREADS, progress: ProgressHook | None = None,
+        threads: int = DEFAULT_COMMIT_THREADS, progress: ProgressHook | None = None, processes: int = 1,
     ):
         self.store = store
+        #: Processes that complete uploads (each with its own S3 client and ``threads // processes`` threads):
+        #: one Python process tops out at one core's worth of requests. 1 completes in this process.
+        self.processes = max(1, processes)
         self.destination = destination
         self.job_id = job_id
         self.paths = JobPaths(destination, job_id)
@@ -148,12 +161,15 @@ class JobCommitter:
             for r in by_task.values():
                 if r.manifest is not None:
                     r.manifest.validate(destination=self.destination, job_id=self.job_id, where=r.manifest_key)
-                    manifest = r.manifest
-                else:
-                    manifest = self._read_manifest(r.manifest_key)
-                if merged:  # only then are the keys worth holding
+                    if merged:  # only then are the keys worth holding
+                        winner_keys.update(u.key for u in r.manifest.uploads)
+                        staged_keys.update(f.key for f in r.manifest.staged)
+            # Referenced manifests: read ahead in parallel, validated as they are read, each dropped at once.
+            for manifest in self._stream_manifests([r.manifest_key for r in by_task.values() if r.manifest is None], {}):
+                if merged:
                     winner_keys.update(u.key for u in manifest.uploads)
                     staged_keys.update(f.key for f in manifest.staged)
+                del manifest  # not held while the next is read, nor through the completes
         except ManifestError:
             raise
         except MpcommitError as exc:
@@ -238,18 +254,20 @@ class JobCommitter:
         cutoff = journal_info.last_modified
 
         t = time.monotonic()
-        winners: set[tuple[str, str]] = set()
+        # What the commit keeps per file is only what _SUCCESS and the report need (the key, its partition's
+        # counts) and the upload id: manifests are streamed, read a few at a time, and their parts dropped as
+        # soon as their files are complete (driver memory flat in parts, linear in files at ~0.3 KB each).
+        winners: set[str] = set()  # upload ids completed: never aborted as leftovers
         filenames: list[str] = []
         total_bytes = 0
-        rows: list[int | None] = []
+        rows_total: int | None = 0
         partitions: set[str] = set()
-        # Per partition: [files, bytes, row counts] -- the catalog's statistics, from the commit itself.
-        per_partition: dict[str, tuple[int, int, list[int | None]]] = {}
+        # Per partition: [files, bytes, rows or None] -- the catalog's statistics, from the commit itself.
+        per_partition: dict[str, list] = {}
+        broken_placed: list[str] = []
 
         def manifests() -> Iterator[TaskManifest]:
-            for key in journal.winners:
-                m = inline.get(key)
-                yield m if m is not None else self._read_manifest(key)
+            return self._stream_manifests(journal.winners, inline)
 
         merged_sources = {key for m in journal.merged for key in m.sources}
 
@@ -262,25 +280,31 @@ class JobCommitter:
                 yield merged_file.upload
 
         def account(item: PendingUpload | StagedFile) -> None:
-            nonlocal total_bytes
+            nonlocal total_bytes, rows_total
+            if self._broken and _directory(item.key) in self._broken:
+                broken_placed.append(item.key)  # completed by an earlier run: _undo_broken deletes it
+                return
             if isinstance(item, PendingUpload):
-                winners.add((item.key, item.upload_id))
+                winners.add(item.upload_id)
             filenames.append(item.key)
             total_bytes += item.size
-            rows.append(item.rows)
+            rows_total = None if rows_total is None or item.rows is None else rows_total + item.rows
             partitions.add(item.partition)
-            files_in, bytes_in, rows_in = per_partition.get(item.partition, (0, 0, []))
-            rows_in.append(item.rows)
-            per_partition[item.partition] = (files_in + 1, bytes_in + item.size, rows_in)
+            stats = per_partition.get(item.partition)
+            if stats is None:
+                stats = per_partition[item.partition] = [0, 0, 0]
+            stats[0] += 1
+            stats[1] += item.size
+            stats[2] = None if stats[2] is None or item.rows is None else stats[2] + item.rows
+            self.progress("complete", len(filenames), None)
 
         sources = self._check_sources(journal, manifests) if journal.delete else None
-        placed: list[PendingUpload | StagedFile] = []
-        run_bounded(self._place, uploads(), threads=self.threads, on_result=lambda item, _none: placed.append(item),
-                    window=COMPLETES_QUEUED_PER_THREAD * self.threads, progress=self.progress, phase="complete")
+        if self.processes > 1 and sources is None and not self._broken:
+            self._complete_in_processes(uploads(), account)
+        else:
+            self._complete_in_threads(uploads(), account)
         if sources is not None:
-            placed = self._undo_broken(placed)
-        for item in placed:
-            account(item)
+            self._undo_broken(broken_placed)
         timings["complete"] = time.monotonic() - t
         self.progress("completed", len(filenames), len(filenames))
 
@@ -295,12 +319,13 @@ class JobCommitter:
         t = time.monotonic()
         timings["total"] = time.monotonic() - t0
         filenames.sort()
+        del winners
         mode = CommitMode.of(journal.mode, journal.partition_overwrite)
         success = SuccessData(
-            job_id=self.job_id, mode=mode.value, filenames=tuple(filenames), bytes=total_bytes, rows=merge_rows(rows),
+            job_id=self.job_id, mode=mode.value, filenames=tuple(filenames), bytes=total_bytes, rows=rows_total,
             partitions=tuple(sorted(p for p in partitions if p)), timings={k: round(v, 4) for k, v in timings.items()},
             hostname=socket.gethostname(), purpose=journal.purpose,
-            partition_stats={p: PartitionStats(n, b, merge_rows(r)) for p, (n, b, r) in sorted(per_partition.items())},
+            partition_stats={p: PartitionStats(n, b, r) for p, (n, b, r) in sorted(per_partition.items())},
             merged_from=len(journal.delete) if journal.delete else None,
         )
         faults.checkpoint("commit.before_success")
@@ -349,16 +374,176 @@ class JobCommitter:
         self._broken = gone
         return kept
 
-    def _undo_broken(self, placed: list[PendingUpload | StagedFile]) -> list[PendingUpload | StagedFile]:
-        """Delete the merged files of broken directories that were completed before; return the rest."""
-        broken = self._broken or set()
-        undo = [item.key for item in placed if _directory(item.key) in broken]
+    def _undo_broken(self, placed_keys: list[str]) -> None:
+        """Delete the merged files of broken directories that were completed before (``placed_keys``)."""
         # (A merged file whose sources are all there but which is neither pending nor visible is not taken for
         # one an overwrite deleted: it may be a complete of the interrupted run still on its way. The commit
         # fails as for any job, and a later recover finishes it.)
-        if undo:
-            self.store.delete_objects(self.destination.bucket, undo)
-        return [item for item in placed if _directory(item.key) not in broken]
+        if placed_keys:
+            self.store.delete_objects(self.destination.bucket, placed_keys)
+
+    def _stream_manifests(self, keys: Sequence[str], inline: Mapping[str, TaskManifest | None]) -> Iterator[TaskManifest]:
+        """The manifests named by ``keys``, in order: inline ones as they are, the others read ahead in parallel,
+        each dropped by the caller once its files are handed on -- never all held.
+
+        How many are read ahead follows their size: MANIFEST_PARTS_AHEAD divided by the largest manifest's
+        parts seen so far, between 1 and MANIFESTS_AHEAD (2 before the first is read). Small manifests are thus
+        read many at a time (a GET each would otherwise cost a round trip per task), large ones one ahead.
+        """
+        ahead: deque[tuple[Future[tuple[TaskManifest, int]] | None, TaskManifest | None]] = deque()
+        pending = iter(keys)
+        largest = 0
+
+        def read(key: str) -> tuple[TaskManifest, int]:
+            manifest = self._read_manifest(key)
+            return manifest, manifest.part_count
+
+        def window() -> int:
+            if largest == 0:
+                return 2
+            return max(1, min(MANIFESTS_AHEAD, MANIFEST_PARTS_AHEAD // largest))
+
+        with ThreadPoolExecutor(MANIFESTS_AHEAD, thread_name_prefix="mpcommit-manifest") as pool:
+            def fill() -> None:
+                while len(ahead) < window():
+                    key = next(pending, None)
+                    if key is None:
+                        return
+                    m = inline.get(key)
+                    ahead.append((None, m) if m is not None else (pool.submit(read, key), None))
+
+            fill()
+            try:
+                while ahead:
+                    future, manifest = ahead.popleft()
+                    if future is not None:
+                        manifest, parts = future.result()
+                        largest = max(largest, parts)
+                    del future
+                    fill()
+                    assert manifest is not None
+                    yield manifest
+                    del manifest
+            finally:
+                for f, _m in ahead:
+                    if f is not None:
+                        f.cancel()
+
+    def _complete_in_threads(self, items: Iterator[PendingUpload | StagedFile],
+                             on_done: Callable[[PendingUpload | StagedFile], None]) -> None:
+        """Place every item on ``self.threads`` threads, at most COMPLETES_QUEUED_PER_THREAD per thread queued;
+        ``on_done`` runs on this thread. The first failure stops submitting and is raised once the calls in
+        flight have ended. (One queue of finished items, not a wait() over every future per completion: that
+        costs O(window) per file.)"""
+        finished: queue.SimpleQueue[tuple[PendingUpload | StagedFile, BaseException | None]] = queue.SimpleQueue()
+
+        def run(item: PendingUpload | StagedFile) -> None:
+            try:
+                self._place(item)
+            except BaseException as exc:  # noqa: BLE001 - handed to the driver's thread
+                finished.put((item, exc))
+            else:
+                finished.put((item, None))
+
+        self._drive(items, run, finished, on_done, window=COMPLETES_QUEUED_PER_THREAD * self.threads,
+                    pool=ThreadPoolExecutor(self.threads, thread_name_prefix="mpcommit-complete"))
+
+    def _drive(self, items: Iterator, submit_one: Callable[[object], None], finished: "queue.SimpleQueue",
+               on_done: Callable[[object], None], *, window: int, pool: ThreadPoolExecutor) -> None:
+        """Submit ``submit_one(item)`` for each item, at most ``window`` in flight; each call puts (item, error)
+        into ``finished``; ``on_done(item)`` runs here. The first failure stops submitting and is raised once
+        the calls in flight have ended."""
+        error: BaseException | None = None
+        inflight = 0
+        exhausted = False
+        try:
+            with pool:
+                while True:
+                    while not exhausted and error is None and inflight < window:
+                        try:
+                            item = next(items)
+                        except StopIteration:
+                            exhausted = True
+                            break
+                        except BaseException as exc:  # noqa: BLE001 - e.g. a manifest that could not be read
+                            error = exc
+                            break
+                        pool.submit(submit_one, item)
+                        inflight += 1
+                    if inflight == 0:
+                        break
+                    item, exc = finished.get()
+                    inflight -= 1
+                    if exc is not None:
+                        error = error or exc
+                    elif error is None:
+                        try:
+                            on_done(item)
+                        except BaseException as exc2:  # noqa: BLE001
+                            error = exc2
+        finally:
+            if isinstance(items, Iterator) and hasattr(items, "close"):
+                items.close()  # type: ignore[attr-defined]
+        if error is not None:
+            raise error
+
+    def _complete_in_processes(self, items: Iterator[PendingUpload | StagedFile],
+                               on_done: Callable[[PendingUpload | StagedFile], None]) -> None:
+        """Completes spread over ``self.processes`` worker processes (spawned, each with its own S3 client and
+        ``threads / processes`` threads), fed chunks of PROCESS_CHUNK uploads; staged files are moved here.
+        The journal is written before; the fault checkpoints and progress run here as chunks come back."""
+        import multiprocessing
+
+        finished: queue.SimpleQueue = queue.SimpleQueue()
+        per_process = max(1, self.threads // self.processes)
+        context = multiprocessing.get_context("spawn")
+        procs = ProcessPoolExecutor(self.processes, mp_context=context, initializer=_worker_init,
+                                    initargs=(self.store.options, self.destination.bucket, self.destination.prefix,
+                                              self.job_id, per_process))
+        local = ThreadPoolExecutor(2 * self.processes + 2, thread_name_prefix="mpcommit-complete")
+
+        def chunks() -> Iterator[list[PendingUpload | StagedFile]]:
+            chunk: list[PendingUpload | StagedFile] = []
+            for item in items:
+                chunk.append(item)
+                if len(chunk) >= PROCESS_CHUNK:
+                    yield chunk
+                    chunk = []
+            if chunk:
+                yield chunk
+
+        def run(chunk: list[PendingUpload | StagedFile]) -> None:
+            try:
+                remote = [i for i in chunk if isinstance(i, PendingUpload)]
+                if remote:
+                    try:
+                        procs.submit(_worker_complete, remote).result()
+                    except _WorkerFailure as exc:
+                        if exc.kind == CommitStateUnknownError.__name__:
+                            raise CommitStateUnknownError(exc.message, job_id=self.job_id,
+                                                          destination=self.destination.uri) from None
+                        raise MpcommitError(f"a commit worker process failed: {exc.kind}: {exc.message}") from None
+                for i in chunk:
+                    if isinstance(i, StagedFile):
+                        self._move_staged(i)
+            except BaseException as exc:  # noqa: BLE001 - handed to the driver's thread
+                finished.put((chunk, exc))
+            else:
+                finished.put((chunk, None))
+
+        def done(chunk: list[PendingUpload | StagedFile]) -> None:
+            for item in chunk:
+                with self._completed_lock:
+                    self._completed += 1
+                    n = self._completed
+                faults.checkpoint("commit.after_complete", n)
+                on_done(item)
+
+        try:
+            # Two chunks per process in flight: one being completed, one waiting in its queue.
+            self._drive(chunks(), run, finished, done, window=2 * self.processes, pool=local)
+        finally:
+            procs.shutdown(wait=True)
 
     def _place(self, item: PendingUpload | StagedFile) -> None:
         if self._broken and isinstance(item, PendingUpload) and _directory(item.key) in self._broken:
@@ -487,7 +672,7 @@ class JobCommitter:
                 older.append((owner, obj.key))
         return older, later_jobs
 
-    def _abort_leftovers(self, journal: CommitJournal, winners: set[tuple[str, str]]) -> int:
+    def _abort_leftovers(self, journal: CommitJournal, winners: set[str]) -> int:
         """Abort every other upload of this job: losers' manifests first, then whatever the listing shows."""
         bucket = self.destination.bucket
         aborted = 0
@@ -501,17 +686,18 @@ class JobCommitter:
                 log.warning("skipping unreadable loser manifest %s: %s", obj.key, exc)
                 continue
             for u in loser.uploads:
-                if (u.key, u.upload_id) not in winners and self.store.abort_multipart_upload(bucket, u.key, u.upload_id):
+                if u.upload_id not in winners and self.store.abort_multipart_upload(bucket, u.key, u.upload_id):
                     aborted += 1
         aborted += self._abort_listed_uploads(exclude=winners)
         return aborted
 
-    def _abort_listed_uploads(self, *, exclude: set[tuple[str, str]] = frozenset()) -> int:  # type: ignore[assignment]
-        """Abort pending uploads under the destination whose key carries this job's id -- never by prefix alone."""
+    def _abort_listed_uploads(self, *, exclude: set[str] = frozenset()) -> int:  # type: ignore[assignment]
+        """Abort pending uploads under the destination whose key carries this job's id -- never by prefix alone.
+        ``exclude``: upload ids completed by this commit (S3's upload ids are unique)."""
         bucket = self.destination.bucket
         doomed = [
             u for u in self.store.list_multipart_uploads(bucket, self.destination.root)
-            if job_id_of_key(self.destination, u.key) == self.job_id and (u.key, u.upload_id) not in exclude
+            if job_id_of_key(self.destination, u.key) == self.job_id and u.upload_id not in exclude
         ]
         aborted = 0
 
@@ -614,3 +800,35 @@ def _etag_matches(found: str, upload: PendingUpload) -> bool:
     if not all(len(p.etag.strip('"')) == 32 for p in upload.parts):
         return True
     return found.strip('"') == upload.expected_etag.strip('"')
+
+
+# ---------------------------------------------------------------- commit worker processes
+_WORKER: tuple[JobCommitter, ThreadPoolExecutor] | None = None
+
+
+def _worker_init(options: S3Options, bucket: str, prefix: str, job_id: str, threads: int) -> None:
+    """In a commit worker process: its own store (own boto3 client) and thread pool."""
+    global _WORKER
+    _WORKER = (JobCommitter(S3Store(options), Destination(bucket, prefix), job_id, threads=threads),
+               ThreadPoolExecutor(threads, thread_name_prefix="mpcommit-worker"))
+
+
+class _WorkerFailure(Exception):
+    """A failure in a commit worker process, carried back as (kind, message): mpcommit's errors take keyword
+    arguments that pickling does not carry."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(kind, message)
+        self.kind, self.message = kind, message
+
+
+def _worker_complete(uploads: list[PendingUpload]) -> int:
+    """Complete a chunk of uploads (idempotently, as JobCommitter._complete does); raises the first failure."""
+    assert _WORKER is not None, "commit worker not initialised"
+    committer, pool = _WORKER
+    try:
+        for _ in pool.map(committer._complete, uploads):
+            pass
+    except Exception as exc:  # noqa: BLE001 - carried back whole, as a picklable failure
+        raise _WorkerFailure(type(exc).__name__, str(exc)) from None
+    return len(uploads)

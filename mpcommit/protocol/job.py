@@ -44,11 +44,12 @@ class Job:
 
     def __init__(self, spec: JobSpec, descriptor: JobDescriptor, *, store: S3Store,
                  commit_threads: int = DEFAULT_COMMIT_THREADS, progress: ProgressHook | None = None,
-                 overwrite_bucket_root: bool = False):
+                 overwrite_bucket_root: bool = False, commit_processes: int = 1):
         self.spec = spec
         self.descriptor = descriptor
         self.store = store
-        self._committer = JobCommitter(store, spec.destination, spec.job_id, threads=commit_threads, progress=progress)
+        self._committer = JobCommitter(store, spec.destination, spec.job_id, threads=commit_threads, progress=progress,
+                                       processes=commit_processes)
         self._state_lock = threading.Lock()
         self._finished: _Ended | None = None
         self.created_at = time.monotonic()
@@ -87,12 +88,15 @@ class Job:
         progress: ProgressHook | None = None,
         store: S3Store | None = None,
         overwrite_bucket_root: bool = False,
+        commit_processes: int = 1,
     ) -> "Job":
         """Start a job: check the destination against the mode, and record the job under its hidden prefix.
 
         Raises DestinationExistsError for mode ``error`` when the destination holds data, NoSuchBucketError
         when the bucket does not exist -- before any upload starts. An overwrite of a bucket's root (``s3://bucket``)
         replaces every object in the bucket, and is refused unless ``overwrite_bucket_root=True``.
+        ``commit_processes`` > 1 spreads the commit's completes over that many worker processes (one Python
+        process completes at most one core's worth of files per second).
         """
         destination = parse_uri(uri)
         write_mode = WriteMode.parse(mode)
@@ -125,7 +129,7 @@ class Job:
             if store.get_object(destination.bucket, spec.paths.descriptor) != descriptor.to_bytes():
                 raise
         return cls(spec, descriptor, store=store, commit_threads=commit_threads, progress=progress,
-                   overwrite_bucket_root=overwrite_bucket_root)
+                   overwrite_bucket_root=overwrite_bucket_root, commit_processes=commit_processes)
 
     @classmethod
     def open(cls, uri: str, job_id: str, *, s3: S3Options | None = None, commit_threads: int = DEFAULT_COMMIT_THREADS,

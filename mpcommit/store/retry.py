@@ -6,6 +6,7 @@ once. botocore's own retries are switched off in the client so that this is the 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -19,15 +20,34 @@ T = TypeVar("T")
 
 
 def call_with_retry(fn: Callable[[], T], *, policy: RetryPolicy, describe: str) -> T:
-    """Run ``fn``; retry transient failures per ``policy``; raise RetriesExhaustedError when they persist."""
+    """Run ``fn``; retry transient failures per ``policy``; raise RetriesExhaustedError when they persist.
+
+    The first attempt runs bare: a commit makes a hundred thousand requests, nearly all of which succeed, and a
+    retry controller per request would cost more client CPU than the request's own work beyond botocore. Only a
+    transient failure sets one up, which counts that first attempt and its time as tenacity would have.
+    """
+    started = time.monotonic()
+    try:
+        return fn()
+    except TransientStoreError as exc:
+        first: TransientStoreError | None = exc
+
+    def attempt() -> T:
+        nonlocal first
+        if first is not None:  # the failure already seen, replayed as tenacity's first attempt
+            failed, first = first, None
+            raise failed
+        return fn()
+
     retrying = Retrying(
         retry=retry_if_exception_type(TransientStoreError),
         wait=wait_random_exponential(multiplier=policy.initial_delay, max=policy.max_delay),
-        stop=stop_after_attempt(policy.max_attempts) | stop_after_delay(policy.max_total_seconds),
+        stop=stop_after_attempt(policy.max_attempts)
+        | stop_after_delay(max(0.0, policy.max_total_seconds - (time.monotonic() - started))),
         reraise=False,
     )
     try:
-        return retrying(fn)
+        return retrying(attempt)
     except RetryError as exc:
         last = exc.last_attempt.exception()
         attempts = exc.last_attempt.attempt_number

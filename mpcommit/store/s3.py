@@ -33,6 +33,7 @@ from ..errors import (
 )
 from ..options import S3Options
 from .errors import translate
+from .lean import LeanCompleter, lean_available
 from .listing import ListedPage, PageSequence, round_trips_unencoded
 from .retry import call_with_retry
 
@@ -45,6 +46,8 @@ _NO_OWNER_CHECK = {"list_buckets", "create_bucket"}
 # Server-side copies also check the owner of the bucket they read from (ExpectedSourceBucketOwner).
 _COPY_OPERATIONS = {"copy_object", "upload_part_copy"}
 DELETE_BATCH = 1000  # DeleteObjects takes at most 1,000 keys
+#: Set to "0" to send CompleteMultipartUpload through boto3 like every other request (see mpcommit.store.lean).
+LEAN_COMPLETE_ENV = "MPCOMMIT_LEAN_COMPLETE"
 
 
 @dataclass(frozen=True)
@@ -102,7 +105,15 @@ class S3Store:
 
     def __init__(self, options: S3Options, client: Any | None = None, *, unencoded_listing_client: Any | None = None):
         self.options = options
-        self._client = client or _make_client(options)
+        #: The credentials of a client made here from ``options``; None for a client given by the caller, whose
+        #: requests then all go through it (the lean complete path needs to know what signs).
+        self._credentials: Any | None = None
+        self._ca_bundle: str | None = None
+        if client is None:
+            client, self._credentials, self._ca_bundle = _make_client_and_credentials(options)
+        self._client = client
+        self._lean: LeanCompleter | None = None
+        self._lean_checked = False
         self._counts: Counter[str] = Counter()
         self._count_lock = threading.Lock()
         self._unencoded_client: Any | None = unencoded_listing_client
@@ -136,12 +147,16 @@ class S3Store:
             if operation in _COPY_OPERATIONS:
                 params["ExpectedSourceBucketOwner"] = opts.expected_bucket_owner
         method: Callable[..., Any] = getattr(client or self._client, operation)
+        return self._send(operation, lambda: method(**params), bucket=bucket, key=key)
+
+    def _send(self, operation: str, request: Callable[[], Any], *, bucket: str, key: str) -> Any:
+        """Count, translate errors and retry: what every request goes through, boto3's or the lean path's."""
 
         def attempt() -> Any:
             with self._count_lock:
                 self._counts[operation] += 1
             try:
-                response = method(**params)
+                response = request()
             except Exception as exc:  # noqa: BLE001 - translated and chained below
                 if isinstance(exc, ClientError):
                     self._reached = True  # the server answered, if only with an error
@@ -151,7 +166,7 @@ class S3Store:
             return response
 
         where = f"s3://{bucket}/{key}" if key else f"s3://{bucket}"
-        return call_with_retry(attempt, policy=opts.retry, describe=f"{operation} {where}")
+        return call_with_retry(attempt, policy=self.options.retry, describe=f"{operation} {where}")
 
     # ------------------------------------------------------------ multipart uploads
     def create_multipart_upload(self, bucket: str, key: str, *, content_type: str | None = None) -> str:
@@ -197,6 +212,11 @@ class S3Store:
         return CompletedPart(number, str(result["ETag"]), result.get("ChecksumCRC32") or None)
 
     def complete_multipart_upload(self, bucket: str, key: str, upload_id: str, parts: Sequence[CompletedPart]) -> str:
+        lean = self._lean_completer()
+        if lean is not None:
+            # The job commit's one request per file: signed by botocore's signer, without its per-call machinery.
+            return str(self._send("complete_multipart_upload", lambda: lean.complete(bucket, key, upload_id, parts),
+                                  bucket=bucket, key=key))
         listed = []
         for p in parts:
             entry: dict[str, Any] = {"PartNumber": p.number, "ETag": p.etag}
@@ -208,6 +228,22 @@ class S3Store:
             Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": listed},
         )
         return str(response.get("ETag", ""))
+
+    def _lean_completer(self) -> LeanCompleter | None:
+        """The lean complete path (:mod:`mpcommit.store.lean`) when it is equivalent to the client's: the store
+        made its client (credentials known), no proxy is set, and MPCOMMIT_LEAN_COMPLETE is not "0"."""
+        if not self._lean_checked:
+            with self._unencoded_lock:
+                if not self._lean_checked:
+                    if (self._credentials is not None and os.environ.get(LEAN_COMPLETE_ENV, "1") != "0"
+                            and lean_available(self._client)):
+                        opts = self.options
+                        self._lean = LeanCompleter(
+                            self._client, self._credentials, max_connections=opts.max_pool_connections,
+                            connect_timeout=opts.connect_timeout, read_timeout=opts.read_timeout,
+                            expected_bucket_owner=opts.expected_bucket_owner, ca_bundle=self._ca_bundle)
+                    self._lean_checked = True
+        return self._lean
 
     def abort_multipart_upload(self, bucket: str, key: str, upload_id: str) -> bool:
         """Abort; False when the upload was no longer pending (another cleaner got there first)."""
@@ -451,6 +487,12 @@ def store_for(options: S3Options) -> S3Store:
 def _make_client(options: S3Options) -> Any:
     """A boto3 client for ``options``. A profile that does not exist or a malformed endpoint is the caller's
     configuration mistake: it surfaces as UsageError, not as a raw botocore exception."""
+    return _make_client_and_credentials(options)[0]
+
+
+def _make_client_and_credentials(options: S3Options) -> tuple[Any, Any, str | None]:
+    """A boto3 client for ``options``, the credentials it signs with (None when there are none) and the CA
+    bundle it verifies TLS with when one is configured (AWS_CA_BUNDLE or the profile's ca_bundle)."""
     try:
         return _session_client(options)
     except (BotoCoreError, ValueError) as exc:
@@ -458,7 +500,7 @@ def _make_client(options: S3Options) -> Any:
                          "AWS_ENDPOINT_URL)") from exc
 
 
-def _session_client(options: S3Options) -> Any:
+def _session_client(options: S3Options) -> tuple[Any, Any, str | None]:
     session = boto3.session.Session(
         profile_name=options.profile,
         aws_access_key_id=options.access_key_id,
@@ -477,4 +519,7 @@ def _session_client(options: S3Options) -> Any:
         request_checksum_calculation="when_required",
         response_checksum_validation="when_required",
     )
-    return session.client("s3", endpoint_url=options.endpoint_url, config=config)
+    client = session.client("s3", endpoint_url=options.endpoint_url, config=config)
+    core = getattr(session, "_session", None)  # botocore's session: where boto3 resolves ca_bundle too
+    ca_bundle = core.get_config_variable("ca_bundle") if core is not None else None
+    return client, session.get_credentials(), ca_bundle

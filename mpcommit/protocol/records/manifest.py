@@ -23,7 +23,7 @@ MANIFEST_VERSION = 1
 INLINE_MAX_PARTS = 256
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: a manifest of 10,000 parts per file holds many
 class Part:
     number: int
     etag: str
@@ -42,7 +42,7 @@ class Part:
         return cls(r.int("n", minimum=1), r.str("etag"), r.int("size"), r.str("crc32", optional=True))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: a manifest of 10,000 parts per file holds many
 class PendingUpload:
     """One uncompleted multipart upload at its final key."""
 
@@ -84,7 +84,7 @@ class PendingUpload:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: a manifest of 10,000 parts per file holds many
 class StagedFile:
     """A small file written as a plain object under the job's hidden prefix, waiting for a commit-time merge.
 
