@@ -235,6 +235,8 @@ class Run:
     copied: int = 0  # bytes copied server-side
     timings: dict[str, float] = field(default_factory=dict)  # the compaction's own phases (multipart)
     outputs: int = 1
+    late: float | None = None  # share of answers the S3-like network's proxy found late (the server's own time)
+    max_in_flight: int | None = None
 
     @property
     def request_total(self) -> int:
@@ -409,15 +411,23 @@ def main(argv: list[str] | None = None) -> int:
                     list(pool.map(lambda name: direct.copy_object(
                         Bucket=bucket, Key=f"{prefix}/{name}", CopySource={"Bucket": bucket, "Key": f"src/{ds.name}/{name}"}),
                         ds.files))
+                if args.network == "s3":
+                    net.reset()
                 if variant == "multipart":
                     result = run_multipart(server.endpoint, bucket, prefix, ds)
                 else:
                     result = run_rewrite(server.endpoint, bucket, prefix, ds, args.rewrite_threads)
+                if args.network == "s3":
+                    totals = net.stats()
+                    result.late = totals["totals"]["late"] / max(1, totals["totals"]["requests"])
+                    result.max_in_flight = int(totals["max_in_flight"])
                 result.rows_ok = verify(direct, bucket, prefix, ds, expected)
                 runs.append(result)
                 log(f"  {variant:9s} #{r}: {result.seconds:6.2f} s, {result.request_total:4d} requests, "
                     f"{result.through_client / MiB:7.2f} MiB through the client, rows ok: {result.rows_ok}"
-                    + (f", phases {result.timings}" if result.timings else ""))
+                    + (f", phases {result.timings}" if result.timings else "")
+                    + (f", late answers {result.late:.0%}, at most {result.max_in_flight} in flight"
+                       if result.late is not None else ""))
                 # The run's objects go, so that a gigabyte per run does not pile up in the server.
                 for page in direct.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/"):
                     keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
@@ -433,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
         (args.out.with_suffix(".json")).write_text(json.dumps([
             {"variant": r.variant, "dataset": r.dataset, "seconds": r.seconds, "requests": dict(r.requests),
              "throughClient": r.through_client, "copied": r.copied, "rowsOk": r.rows_ok, "timings": r.timings,
-             "outputs": r.outputs} for r in runs], indent=1))
+             "outputs": r.outputs, "late": r.late, "maxInFlight": r.max_in_flight} for r in runs], indent=1))
         return 0 if not bad and large_ok else 1
     finally:
         server.stop()
@@ -491,7 +501,9 @@ def report(args: argparse.Namespace, info: dict[str, str], server: str, sets: li
             ops = ", ".join(f"{op} {n}" for op, n in sorted(mid.requests.items()))
             check = f" (S3Store.request_counts(): {mid.store_requests})" if mid.store_requests is not None else ""
             copied = f"; {mid.copied / MiB:.1f} MiB copied server-side" if mid.copied else ""
-            lines.append(f"- {ds.name} / {variant}: {ops}{check}{copied}")
+            late = (f"; the proxy found {mid.late:.0%} of the answers late, at most {mid.max_in_flight} requests in "
+                    "flight" if mid.late is not None else "")
+            lines.append(f"- {ds.name} / {variant}: {ops}{check}{copied}{late}")
     large = [r for r in runs if r.dataset == "json-large" and r.variant == "multipart"]
     if large:
         worst = max(r.through_client / r.data for r in large)

@@ -33,8 +33,8 @@ log = logging.getLogger(__name__)
 DEFAULT_MERGE_THREADS = 8
 #: Server-side copies in flight at once (across the bins of a compaction when they share a pool). A copy runs
 #: at the store's copy rate per request, so the copies of a merge take about as long as its largest part only
-#: when they all run side by side. S3 takes 3,500 writes a second per prefix; Hadoop's S3A runs up to 96
-#: transfers per filesystem (``fs.s3a.threads.max``).
+#: when they all run side by side. S3 takes 3,500 writes a second per prefix; Hadoop's S3A allows 500
+#: connections per filesystem (``fs.s3a.connection.maximum``, HADOOP-19015).
 DEFAULT_COPY_THREADS = 64
 #: Small sources fetched ahead of the one being assembled.
 PREFETCH = 8
