@@ -34,8 +34,8 @@ from .errors import MergePlanError
 
 #: Upload parts (of fetched bytes) are filled to about this size before they are sent.
 DEFAULT_UPLOAD_PART_SIZE = 8 * MiB
-#: Copied ranges are cut into UploadPartCopy parts of this size to twice it: S3's smallest part, as in AWS's own
-#: example of a multipart copy ("Copy an object using multipart upload", ``partSize = 5 * 1024 * 1024``).
+#: Copied ranges are cut into UploadPartCopy parts of this size to twice it: S3's smallest part, so that as many
+#: copies as possible run side by side (each costs one request; S3 bills a copy part as one PUT).
 DEFAULT_COPY_PART_SIZE = MIN_PART_SIZE
 
 
