@@ -30,14 +30,19 @@ from .parts import CopyPart, LiteralBytes, PartPlan, Range, Segment, Transform, 
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MERGE_THREADS = 8
+#: Fetches and uploads in flight at once (a compaction's bins share them). Small sources cost a round trip each,
+#: so more of them in flight shorten the stream; the bytes held are bounded by ``PREFETCH``/``PREFETCH_BYTES`` and
+#: ``STREAM_PARTS_IN_FLIGHT``, not by the thread count.
+DEFAULT_MERGE_THREADS = 32
 #: Server-side copies in flight at once (across the bins of a compaction when they share a pool). A copy runs
 #: at the store's copy rate per request, so the copies of a merge take about as long as its largest part only
 #: when they all run side by side. S3 takes 3,500 writes a second per prefix; Hadoop's S3A allows 500
 #: connections per filesystem (``fs.s3a.connection.maximum``, HADOOP-19015).
 DEFAULT_COPY_THREADS = 64
-#: Small sources fetched ahead of the one being assembled.
-PREFETCH = 8
+#: Small sources fetched ahead of the one being assembled: at most this many ranges, and at most
+#: ``PREFETCH_BYTES`` of them (a range is always fetched when none is ahead).
+PREFETCH = 32
+PREFETCH_BYTES = 32 * 1024 * 1024
 #: Stream parts uploading at once (bounds memory to about this many parts).
 STREAM_PARTS_IN_FLIGHT = 4
 
@@ -272,13 +277,21 @@ def _assembled(store: S3Store, bucket: str, stream: tuple[Segment, ...], assembl
     ``transform`` passed through it, the others used as they are."""
     ahead: deque[tuple[Segment, Future[bytes] | None]] = deque()
     items = iter(stream)
+    held = 0
+    waiting: Segment | None = None
 
     def refill() -> None:
+        nonlocal held, waiting
         while len(ahead) < PREFETCH:
-            piece = next(items, None)
+            piece = waiting if waiting is not None else next(items, None)
+            waiting = None
             if piece is None:
                 return
             if isinstance(piece, Range):
+                if ahead and held + piece.length > PREFETCH_BYTES:
+                    waiting = piece  # over the byte bound: fetched once what is ahead has been used
+                    return
+                held += piece.length
                 ahead.append((piece, workers.submit(fetch_range, store, bucket, piece, stats)))
             else:
                 ahead.append((piece, None))
@@ -287,6 +300,8 @@ def _assembled(store: S3Store, bucket: str, stream: tuple[Segment, ...], assembl
         refill()
         while ahead:
             piece, future = ahead.popleft()
+            if isinstance(piece, Range):
+                held -= piece.length
             refill()
             if isinstance(piece, LiteralBytes):
                 yield piece.data

@@ -152,3 +152,30 @@ def test_a_compaction_commit_heads_its_sources_side_by_side(backend, bucket: str
     report = compact(f"s3://{bucket}/t", s3=backend.options, store=store)
     assert report.outcome.value == "committed" and len(report.merged) == 1
     assert not barrier.broken
+
+
+def _small_stream(store: FakeStore, n: int, size: int = 1000):
+    sources = _json_bin(store, [size] * n)
+    task = prepare(store, "b", sources, detect_kind("x.json"), key="t/out.json")  # type: ignore[arg-type]
+    assert not task.plan.parts and len(task.plan.stream) == n  # all of it streams
+    return sources, task
+
+
+def test_the_stream_keeps_32_small_sources_in_flight() -> None:
+    # Each small source costs a round trip: 32 of them are fetched at once (8 before).
+    gated = {f"t/s{i:02d}.json" for i in range(32)}  # the first 32: the barrier lets one group through
+    store = GatedStore(32, lambda op, key, _range: op == "get" and key in gated)
+    sources, task = _small_stream(store, 40)
+    pending = run_merge(store, "b", task)  # type: ignore[arg-type]
+    assert store.complete(pending) == b"".join(store.objects[s.key] for s in sources)
+
+
+def test_the_stream_prefetch_is_bounded_by_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mpcommit.compaction import executor
+
+    monkeypatch.setattr(executor, "PREFETCH_BYTES", 3000)  # three sources of about 1000 bytes
+    # Four sources: unbounded, all four would be in flight and pass the barrier; bounded, it breaks.
+    store = GatedStore(4, lambda op, _key, _range: op == "get", wait=1.0)
+    _sources, task = _small_stream(store, 4)
+    with pytest.raises(threading.BrokenBarrierError):
+        run_merge(store, "b", task)  # type: ignore[arg-type]
