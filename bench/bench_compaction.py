@@ -6,8 +6,8 @@ Run on demand (not part of the tests)::
     python -m bench.bench_compaction --server localstack --repeats 7
 
 It starts its own S3 server, writes three datasets (a mix of small and large JSON Lines files, large JSON
-Lines files only, and a mix of small and large Parquet files), and compacts fresh copies of each with both
-variants, interleaved, ``--repeats`` times:
+Lines files only, and a mix of small and large Parquet files; ``--datasets json-mixed-gib`` adds a gigabyte of
+mixed JSON Lines), and compacts fresh copies of each with both variants, in ABBA order, ``--repeats`` times:
 
 * ``multipart``: ``mpcommit.compaction.compact`` -- large sources copied server-side (UploadPartCopy), small
   ones fetched and packed, committed as a job (journal, completes, ETag-pinned source deletes).
@@ -16,7 +16,9 @@ variants, interleaved, ``--repeats`` times:
 
 Both run through boto3 clients instrumented the same way: every request is counted by operation, and the
 bytes that cross the client are summed (request bodies out, response bodies in, from Content-Length). Times
-are wall-clock medians. Results, with the machine and the date, go to ``bench/results/compaction.md``.
+are wall-clock medians; ratios are medians of per-repeat ratios with their range and a bootstrap interval.
+``--network s3`` puts the S3-like network (``bench/s3_network.py``, profile ``s3``) in front of the server.
+Results, with the machine and the date, go to ``bench/results/compaction.md``.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from botocore.config import Config
 
-from bench.common import unencoded_listings
+from bench.common import abba, describe_ratio, ratio_spread, unencoded_listings
 from mpcommit.compaction import compact
 from mpcommit.options import RetryPolicy, S3Options
 from mpcommit.store.s3 import S3Store
@@ -99,11 +101,11 @@ class Meter:
         return self.sent + self.received
 
 
-def make_client(endpoint: str, meter: Meter | None = None) -> Any:
+def make_client(endpoint: str, meter: Meter | None = None, *, connections: int = 32) -> Any:
     session = boto3.session.Session(aws_access_key_id="test", aws_secret_access_key="test", region_name="us-east-1")
     client = session.client("s3", endpoint_url=endpoint, config=Config(
         s3={"addressing_style": "path"}, retries={"total_max_attempts": 1, "mode": "standard"},
-        max_pool_connections=32, request_checksum_calculation="when_required",
+        max_pool_connections=connections, request_checksum_calculation="when_required",
         response_checksum_validation="when_required"))
     client = unencoded_listings(client)
     return meter.attach(client) if meter else client
@@ -158,6 +160,18 @@ def json_lines(size: int, seed: int) -> bytes:
     return bytes(out)
 
 
+def json_lines_fast(size: int, seed: int) -> bytes:
+    """Like :func:`json_lines` with 2 KiB of padding per line: a gigabyte in seconds, few lines to check."""
+    rnd = random.Random(seed)
+    out = bytearray()
+    i = 0
+    while len(out) < size:
+        pad = base64.b64encode(rnd.randbytes(1536)).decode()
+        out += json.dumps({"id": f"{seed}-{i}", "pad": pad}).encode() + b"\n"
+        i += 1
+    return bytes(out)
+
+
 def parquet_file(rows: int, seed: int) -> bytes:
     rnd = random.Random(seed)
     table = pa.table({"id": pa.array(range(seed * 10_000_000, seed * 10_000_000 + rows), pa.int64()),
@@ -181,6 +195,14 @@ class Dataset:
     @property
     def large_bytes(self) -> int:
         return sum(len(v) for v in self.files.values() if len(v) >= 5 * MiB)
+
+
+def gib_dataset() -> Dataset:
+    """About a gigabyte of JSON Lines: 70 files of 6-16 MiB and 700 of 10-400 KiB (four bins of Hive's 256 MB)."""
+    files = {f"l{i:03d}.json": json_lines_fast(random.Random(1000 + i).randint(6, 16) * MiB, 1000 + i) for i in range(70)}
+    files.update({f"s{i:03d}.json": json_lines_fast(random.Random(5000 + i).randint(10, 400) * 1024, 5000 + i)
+                  for i in range(700)})
+    return Dataset("json-mixed-gib", "JSON Lines: 70 files of 6-16 MiB and 700 of 10-400 KiB", files, "json")
 
 
 def datasets(scale: float) -> list[Dataset]:
@@ -211,6 +233,10 @@ class Run:
     rows_ok: bool
     store_requests: int | None = None  # S3Store.request_counts(), a cross-check of the wire count
     copied: int = 0  # bytes copied server-side
+    timings: dict[str, float] = field(default_factory=dict)  # the compaction's own phases (multipart)
+    outputs: int = 1
+    late: float | None = None  # share of answers the S3-like network's proxy found late (the server's own time)
+    max_in_flight: int | None = None
 
     @property
     def request_total(self) -> int:
@@ -221,26 +247,30 @@ def run_multipart(endpoint: str, bucket: str, prefix: str, ds: Dataset) -> Run:
     meter = Meter()
     options = S3Options(endpoint_url=endpoint, region="us-east-1", access_key_id="test", secret_access_key="test",
                         retry=RetryPolicy(max_attempts=3, initial_delay=0.05, max_delay=1.0))
-    store = S3Store(options, client=make_client(endpoint, meter))
+    # Enough connections for the copies in flight (64), the part threads and the planning reads.
+    store = S3Store(options, client=make_client(endpoint, meter, connections=128))
     t0 = time.perf_counter()
     report = compact(f"s3://{bucket}/{prefix}", s3=options, store=store)
     seconds = time.perf_counter() - t0
-    if len(report.merged) != 1:
-        raise RuntimeError(f"expected one merged bin, got {report.to_json()}")
+    if not report.merged or report.skipped:
+        raise RuntimeError(f"expected every bin merged, got {report.to_json()}")
     run = Run("multipart", ds.name, seconds, meter.requests, meter.through_client, ds.size, True)
     run.store_requests = sum(store.request_counts().values())
     run.copied = report.stats.get("copied", 0)
+    run.timings = dict(report.timings)
+    run.outputs = len(report.merged)
     return run
 
 
-def run_rewrite(endpoint: str, bucket: str, prefix: str, ds: Dataset) -> Run:
-    """Download every source, merge locally, upload the result, delete the sources -- with plain boto3."""
+def run_rewrite(endpoint: str, bucket: str, prefix: str, ds: Dataset, threads: int = 8) -> Run:
+    """Download every source, merge locally, upload the result, delete the sources -- with plain boto3, on
+    ``threads`` connections."""
     meter = Meter()
-    client = make_client(endpoint, meter)
+    client = make_client(endpoint, meter, connections=max(32, threads))
     t0 = time.perf_counter()
     keys = sorted(o["Key"] for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/")
                   for o in page.get("Contents", []))
-    with ThreadPoolExecutor(8) as pool:
+    with ThreadPoolExecutor(threads) as pool:
         bodies = list(pool.map(lambda k: client.get_object(Bucket=bucket, Key=k)["Body"].read(), keys))
     if ds.kind == "json":
         merged = b"".join(b if b.endswith(b"\n") or not b else b + b"\n" for b in bodies)
@@ -257,7 +287,7 @@ def run_rewrite(endpoint: str, bucket: str, prefix: str, ds: Dataset) -> Run:
         return {"PartNumber": n, "ETag": client.upload_part(Bucket=bucket, Key=out, UploadId=upload, PartNumber=n,
                                                             Body=body)["ETag"]}
 
-    with ThreadPoolExecutor(8) as pool:
+    with ThreadPoolExecutor(threads) as pool:
         parts = list(pool.map(part, range(1, -(-len(merged) // PART) + 1)))
     client.complete_multipart_upload(Bucket=bucket, Key=out, UploadId=upload, MultipartUpload={"Parts": parts})
     for i in range(0, len(keys), 1000):
@@ -268,14 +298,18 @@ def run_rewrite(endpoint: str, bucket: str, prefix: str, ds: Dataset) -> Run:
 
 def verify(client: Any, bucket: str, prefix: str, ds: Dataset, expected: Any) -> bool:
     """The merged prefix holds exactly the sources' rows (checked outside the timed section)."""
-    keys = [o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/").get("Contents", [])
-            if "/_" not in o["Key"]]
-    if len(keys) != 1:
-        return False
-    data = client.get_object(Bucket=bucket, Key=keys[0])["Body"].read()
-    if ds.kind == "json":
-        return sorted(json.loads(line)["id"] for line in data.splitlines()) == expected
-    return sorted(pq.read_table(pa.BufferReader(data)).column("id").to_pylist()) == expected
+    keys = [o["Key"] for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/")
+            for o in page.get("Contents", []) if "/_" not in o["Key"]]
+    if not keys or any(k.rsplit("/", 1)[-1] in ds.files for k in keys):
+        return False  # no output, or a source left
+    ids: list[Any] = []
+    for key in keys:
+        data = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+        if ds.kind == "json":
+            ids += [json.loads(line)["id"] for line in data.splitlines()]
+        else:
+            ids += pq.read_table(pa.BufferReader(data)).column("id").to_pylist()
+    return sorted(ids) == expected
 
 
 def expected_rows(ds: Dataset) -> Any:
@@ -323,6 +357,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--endpoint", help="use this running S3 endpoint (e.g. the S3-like network's proxy) instead of "
                                        "starting a server; --server then only names it")
     ap.add_argument("--endpoint-description", default="", help="what --endpoint is, for the report")
+    ap.add_argument("--datasets", default="json-mixed,json-large,parquet-mixed",
+                    help="comma-separated: json-mixed, json-large, parquet-mixed, json-mixed-gib")
+    ap.add_argument("--network", choices=("none", "s3"), default="none",
+                    help="s3: put the S3-like network (bench/s3_network.py, profile s3) in front of the server")
+    ap.add_argument("--rewrite-threads", type=int, default=8, help="connections of the download-and-rewrite baseline")
     args = ap.parse_args(argv)
     if args.repeats < 5:
         ap.error("--repeats must be at least 5 (medians over fewer runs are noise)")
@@ -333,30 +372,67 @@ def main(argv: list[str] | None = None) -> int:
     else:
         log(f"starting the {args.server} server")
         server = start_server(args.server)
+    if args.network == "s3":
+        from bench.s3_network import S3_LIKE, S3Network
+
+        net = S3Network(server.endpoint, S3_LIKE).start()
+        stop_server = server.stop
+
+        def stop_both() -> None:
+            net.stop()
+            stop_server()
+
+        server = Server(net.endpoint_url, f"{server.description}, through the S3-like network ({S3_LIKE.describe()})",
+                        stop_both)
     try:
         client = make_client(server.endpoint)
         bucket = f"bench-compaction-{random.Random().getrandbits(40):010x}"
         client.create_bucket(Bucket=bucket)
         runs: list[Run] = []
-        sets = datasets(args.scale)
+        wanted = [n.strip() for n in args.datasets.split(",") if n.strip()]
+        known = {d.name: d for d in datasets(args.scale)} if set(wanted) - {"json-mixed-gib"} else {}
+        if "json-mixed-gib" in wanted:
+            known["json-mixed-gib"] = gib_dataset()
+        unknown = [n for n in wanted if n not in known]
+        if unknown:
+            ap.error(f"unknown datasets {unknown}")
+        sets = [known[n] for n in wanted]
+        # Setting up and checking goes straight to the server when there is a network in front of it.
+        direct = make_client(server.endpoint if args.network == "none" else net.upstream, connections=32)
         for ds in sets:
             log(f"{ds.name}: {len(ds.files)} files, {ds.size / MiB:.1f} MiB")
-            for name, data in ds.files.items():
-                client.put_object(Bucket=bucket, Key=f"src/{ds.name}/{name}", Body=data)
+            with ThreadPoolExecutor(8) as pool:
+                list(pool.map(lambda kv: direct.put_object(Bucket=bucket, Key=f"src/{ds.name}/{kv[0]}", Body=kv[1]),
+                              ds.files.items()))
             expected = expected_rows(ds)
-            for r in range(args.repeats):
-                order = ("multipart", "rewrite") if r % 2 == 0 else ("rewrite", "multipart")
-                for variant in order:
-                    prefix = f"run/{ds.name}/{variant}-{r}"
-                    for name in ds.files:  # a fresh copy, server-side, outside the timed section
-                        client.copy_object(Bucket=bucket, Key=f"{prefix}/{name}",
-                                           CopySource={"Bucket": bucket, "Key": f"src/{ds.name}/{name}"})
-                    fn = run_multipart if variant == "multipart" else run_rewrite
-                    result = fn(server.endpoint, bucket, prefix, ds)
-                    result.rows_ok = verify(client, bucket, prefix, ds, expected)
-                    runs.append(result)
-                    log(f"  {variant:9s} #{r}: {result.seconds:6.2f} s, {result.request_total:4d} requests, "
-                        f"{result.through_client / MiB:7.2f} MiB through the client, rows ok: {result.rows_ok}")
+            for r, variant in abba(("multipart", "rewrite"), args.repeats):
+                prefix = f"run/{ds.name}/{variant}-{r}"
+                with ThreadPoolExecutor(8) as pool:  # a fresh copy, server-side, outside the timed section
+                    list(pool.map(lambda name: direct.copy_object(
+                        Bucket=bucket, Key=f"{prefix}/{name}", CopySource={"Bucket": bucket, "Key": f"src/{ds.name}/{name}"}),
+                        ds.files))
+                if args.network == "s3":
+                    net.reset()
+                if variant == "multipart":
+                    result = run_multipart(server.endpoint, bucket, prefix, ds)
+                else:
+                    result = run_rewrite(server.endpoint, bucket, prefix, ds, args.rewrite_threads)
+                if args.network == "s3":
+                    totals = net.stats()
+                    result.late = totals["totals"]["late"] / max(1, totals["totals"]["requests"])
+                    result.max_in_flight = int(totals["max_in_flight"])
+                result.rows_ok = verify(direct, bucket, prefix, ds, expected)
+                runs.append(result)
+                log(f"  {variant:9s} #{r}: {result.seconds:6.2f} s, {result.request_total:4d} requests, "
+                    f"{result.through_client / MiB:7.2f} MiB through the client, rows ok: {result.rows_ok}"
+                    + (f", phases {result.timings}" if result.timings else "")
+                    + (f", late answers {result.late:.0%}, at most {result.max_in_flight} in flight"
+                       if result.late is not None else ""))
+                # The run's objects go, so that a gigabyte per run does not pile up in the server.
+                for page in direct.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/"):
+                    keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+                    if keys:
+                        direct.delete_objects(Bucket=bucket, Delete={"Objects": keys, "Quiet": True})
         text = report(args, info, server.description, sets, runs)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text)
@@ -364,6 +440,10 @@ def main(argv: list[str] | None = None) -> int:
         log(f"written {args.out}")
         bad = [r for r in runs if not r.rows_ok]
         large_ok = all(r.through_client < 0.01 * r.data for r in runs if r.variant == "multipart" and r.dataset == "json-large")
+        (args.out.with_suffix(".json")).write_text(json.dumps([
+            {"variant": r.variant, "dataset": r.dataset, "seconds": r.seconds, "requests": dict(r.requests),
+             "throughClient": r.through_client, "copied": r.copied, "rowsOk": r.rows_ok, "timings": r.timings,
+             "outputs": r.outputs, "late": r.late, "maxInFlight": r.max_in_flight} for r in runs], indent=1))
         return 0 if not bad and large_ok else 1
     finally:
         server.stop()
@@ -394,12 +474,26 @@ def report(args: argparse.Namespace, info: dict[str, str], server: str, sets: li
             summary[(ds.name, variant)] = s
             lines.append(f"| {ds.name} | {variant} | {s['time']:.2f} | {s['requests']:.0f} | {s['bytes'] / MiB:.2f} | "
                          f"{s['bytes'] / ds.size:.2%} | {'yes' if all(r.rows_ok for r in rs) else 'NO'} |")
-    lines += ["", "## Ratios (multipart / rewrite)", "", "| dataset | time | requests | bytes through the client |",
-              "|---|---:|---:|---:|"]
+    lines += ["", "## Ratios (multipart / rewrite)", "",
+              "Time: the median of per-repeat ratios (each repeat's two runs back to back, ABBA order), its 95% "
+              "bootstrap interval and range, and the ratio of the medians. Below 1.0x the merge is faster; the "
+              "speed-up is the inverse.", "",
+              "| dataset | time | time, with spread | speed-up (rewrite / merge) | requests | bytes through the client |",
+              "|---|---:|---|---:|---:|---:|"]
     for ds in sets:
         m, w = summary[(ds.name, "multipart")], summary[(ds.name, "rewrite")]
-        lines.append(f"| {ds.name} | {m['time'] / w['time']:.2f} | {m['requests'] / w['requests']:.2f} | "
-                     f"{m['bytes'] / w['bytes']:.4f} |")
+        mt = [r.seconds for r in runs if r.dataset == ds.name and r.variant == "multipart"]
+        wt = [r.seconds for r in runs if r.dataset == ds.name and r.variant == "rewrite"]
+        spread = ratio_spread(mt, wt)
+        # The second column stays a bare number: bench/report_network.py reads it for the headline table.
+        lines.append(f"| {ds.name} | {spread['paired']:.2f} | {describe_ratio(spread)} | {1 / spread['paired']:.2f}x | "
+                     f"{m['requests'] / w['requests']:.2f} | {m['bytes'] / w['bytes']:.4f} |")
+    lines += ["", "## The merge's phases (medians, seconds)", "", "| dataset | plan | merge | verify | commit | total |",
+              "|---|---:|---:|---:|---:|---:|"]
+    for ds in sets:
+        rs = [r for r in runs if r.dataset == ds.name and r.variant == "multipart"]
+        cells = [f"{_median([r.timings.get(k, 0.0) for r in rs]):.2f}" for k in ("plan", "merge", "verify", "commit", "total")]
+        lines.append(f"| {ds.name} ({rs[0].outputs} merged files) | " + " | ".join(cells) + " |")
     lines += ["", "## Requests by operation (median run of each)", ""]
     for ds in sets:
         for variant in ("multipart", "rewrite"):
@@ -408,14 +502,18 @@ def report(args: argparse.Namespace, info: dict[str, str], server: str, sets: li
             ops = ", ".join(f"{op} {n}" for op, n in sorted(mid.requests.items()))
             check = f" (S3Store.request_counts(): {mid.store_requests})" if mid.store_requests is not None else ""
             copied = f"; {mid.copied / MiB:.1f} MiB copied server-side" if mid.copied else ""
-            lines.append(f"- {ds.name} / {variant}: {ops}{check}{copied}")
+            late = (f"; the proxy found {mid.late:.0%} of the answers late, at most {mid.max_in_flight} requests in "
+                    "flight" if mid.late is not None else "")
+            lines.append(f"- {ds.name} / {variant}: {ops}{check}{copied}{late}")
     large = [r for r in runs if r.dataset == "json-large" and r.variant == "multipart"]
-    worst = max(r.through_client / r.data for r in large)
-    lines += ["", "## The 5 MiB rule", "",
-              f"For sources of 5 MiB and more (json-large), the multipart merge moved at most {worst:.3%} of the data "
-              f"through the client in any run (requirement: under 1%): "
-              f"{'met' if worst < 0.01 else 'NOT met'}. What remains is the 1-byte newline probe per source, the "
-              "job's records (descriptor, manifest, journal, _SUCCESS) and the listing.", "",
+    if large:
+        worst = max(r.through_client / r.data for r in large)
+        lines += ["", "## The 5 MiB rule", "",
+                  f"For sources of 5 MiB and more (json-large), the multipart merge moved at most {worst:.3%} of the "
+                  f"data through the client in any run (requirement: under 1%): "
+                  f"{'met' if worst < 0.01 else 'NOT met'}. What remains is the 1-byte newline probe per source, the "
+                  "job's records (descriptor, manifest, journal, _SUCCESS) and the listing."]
+    lines += ["",
               "## Notes", "",
               "- Bytes through the client are counted on the wire for both variants (request bodies sent, response "
               "Content-Length received, HEAD responses excluded as they carry no body), with the same botocore event "

@@ -25,11 +25,14 @@ Everything here is planning (pure) plus the reads that planning needs (:func:`pr
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..sizing import MIN_PART_SIZE, MiB
+from ..store.pool import run_bounded
 from ..store.s3 import S3Store
 from .assemblers import LinesSpec, MembersSpec, RecompressSpec
 from .codecs import Decoder
@@ -38,7 +41,8 @@ from .executor import AssemblerSpec, MergeStats, MergeTask, fetch_range
 from .kinds import Compression, FileKind, Format
 from .lines import MAX_HEADER, first_record_end, record_text, show_record
 from .parquet_rewrite import ParquetRewriteSpec
-from .parts import DEFAULT_UPLOAD_PART_SIZE, LiteralBytes, Range, Segment, SourceObject, Transform, arrange, plan_parts
+from .parts import (DEFAULT_COPY_PART_SIZE, DEFAULT_UPLOAD_PART_SIZE, LiteralBytes, Range, Segment, SourceObject,
+                    Transform, arrange, plan_parts)
 
 if TYPE_CHECKING:
     from .parquet_concat import ParquetFooter
@@ -50,6 +54,11 @@ HEADER_PROBE = 4 * 1024
 FOOTER_PROBE = 16 * 1024
 #: Big sources are streamed through recompression in pieces of this size.
 STREAM_CHUNK = 8 * MiB
+#: Planning reads of one bin in flight at once (each a small ranged GET).
+PLANNING_READ_THREADS = 16
+#: Bytes of planning reads fetched ahead and held at once (Parquet footers: 16 KiB each); reads beyond it are
+#: made when planning comes to them.
+PREFETCH_BUDGET = 32 * MiB
 
 
 # ---------------------------------------------------------------------------------------- planning
@@ -162,20 +171,92 @@ def prepare(
     rows: int | None = None,
     stats: MergeStats | None = None,
     upload_part_size: int = DEFAULT_UPLOAD_PART_SIZE,
+    copy_part_size: int = DEFAULT_COPY_PART_SIZE,
+    pool: Executor | None = None,
+    threads: int = PLANNING_READ_THREADS,
 ) -> MergeTask:
     """Read what planning needs (headers, last bytes, footers: small ranged reads pinned by ETag) and plan
     the merge of ``sources`` (in this order where the format allows) into ``key``.
 
-    Raises a MergeError subclass naming the file for anything that keeps the bin from being merged."""
+    The reads planning is known to need (:func:`planning_reads`) are made side by side first, on ``pool`` or
+    on ``threads`` threads of its own: with a store's latency, one after another they would cost a round trip
+    per source. Raises a MergeError subclass naming the file for anything that keeps the bin from being merged."""
 
-    def read(obj: SourceObject, start: int, end: int) -> bytes:
+    def fetch(obj: SourceObject, start: int, end: int) -> bytes:
         return fetch_range(store, bucket, Range(obj, start, end), stats)
 
+    read = PrefetchedReader(fetch)
+    read.prefetch(planning_reads(sources, kind), threads=threads, executor=pool)
     segments, spec, planned_rows = plan_sources(read, sources, kind)
-    plan = plan_parts(segments, upload_part_size=upload_part_size)
+    plan = plan_parts(segments, upload_part_size=upload_part_size, copy_part_size=copy_part_size)
     return MergeTask(key=key, plan=plan, assembler=spec, partition=partition,
                      rows=planned_rows if planned_rows is not None else rows,
                      sources=tuple(s.key for s in sources))
+
+
+class PrefetchedReader:
+    """A :data:`Reader` that answers from ranges fetched ahead (side by side) when they hold the bytes asked
+    for, and reads through ``fetch`` otherwise. ``misses`` counts the reads that were not prefetched."""
+
+    def __init__(self, fetch: Reader):
+        self._fetch = fetch
+        self._have: dict[SourceObject, list[tuple[int, bytes]]] = {}
+        self._lock = threading.Lock()
+        self.misses = 0
+
+    def prefetch(self, reads: Sequence[tuple[SourceObject, int, int]], *, threads: int,
+                 executor: Executor | None = None) -> None:
+        """Fetch ``reads`` (object, start, end), at most ``threads`` at once; the first failure is raised
+        (a source changed: the bin is skipped, as it would have been on its first read)."""
+        budget, take = PREFETCH_BUDGET, []
+        for r in reads:
+            budget -= r[2] - r[1]
+            if budget < 0:
+                break
+            take.append(r)
+        if not take:
+            return
+
+        def keep(item: tuple[SourceObject, int, int], data: bytes) -> None:
+            self._have.setdefault(item[0], []).append((item[1], data))
+
+        run_bounded(lambda r: self._fetch(*r), take, threads=min(threads, len(take)), executor=executor,
+                    on_result=keep)
+
+    def __call__(self, obj: SourceObject, start: int, end: int) -> bytes:
+        held = self._have.get(obj, [])
+        for i, (at, data) in enumerate(held):
+            if at <= start and end <= at + len(data):
+                if start == at and end == at + len(data):
+                    del held[i]  # planning reads each range once: let it go
+                return data[start - at : end - at]
+        with self._lock:
+            self.misses += 1
+        return self._fetch(obj, start, end)
+
+
+def planning_reads(sources: Sequence[SourceObject], kind: FileKind) -> list[tuple[SourceObject, int, int]]:
+    """The first reads :func:`plan_sources` makes for ``sources`` of ``kind``, so that they can be made side by
+    side: the last byte of each copyable uncompressed line source (does it end with a newline?), the head of
+    each CSV source (its header), the tail of each Parquet source (its footer) when a bin copies. Further
+    reads (a longer header or footer) are made when planning needs them."""
+    if kind.format is Format.PARQUET:
+        if not any(s.size >= MIN_PART_SIZE for s in sources):
+            return []
+        return [(s, max(0, s.size - min(FOOTER_PROBE, s.size)), s.size) for s in sources if s.size]
+    if not kind.compression.supported:
+        return []
+    reads: list[tuple[SourceObject, int, int]] = []
+    if kind.format is Format.CSV and (kind.header is None or kind.header):
+        if kind.header is None and kind.compression in (Compression.ZSTD, Compression.LZ4):
+            return []
+        heads = sources if kind.header is None else [s for s in sources if s.size >= MIN_PART_SIZE]
+        if kind.header and kind.compression is not Compression.NONE:
+            heads = []  # recompressed: nothing to probe
+        reads += [(s, 0, min(s.size, HEADER_PROBE)) for s in heads if s.size]
+    if kind.compression is Compression.NONE:
+        reads += [(s, s.size - 1, s.size) for s in sources if s.size >= MIN_PART_SIZE]
+    return reads
 
 
 def plan_sources(read: Reader, sources: Sequence[SourceObject],

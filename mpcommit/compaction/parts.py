@@ -7,7 +7,10 @@ header, a Parquet footer, a newline). The plan makes every upload legal while ne
 be copied:
 
 * a source range of at least 5 MiB is *copyable*: it becomes UploadPartCopy parts (pinned by the source's
-  ETag), split into several when it exceeds 5 GiB;
+  ETag) of ``copy_part_size`` to twice that (the last piece of a range joins the one before it), at most
+  5 GiB each. A server-side copy runs at the store's copy rate per request (Hadoop measured 6-10 MB/s for
+  one copy), so a merge's copy time is that of its largest part when the parts run side by side, and small
+  parts keep it short; more parts only cost more requests, which are cheap;
 * smaller ranges and literals are fetched and packed into upload parts of at least 5 MiB, or into the
   final part, which may be smaller.
 
@@ -31,6 +34,9 @@ from .errors import MergePlanError
 
 #: Upload parts (of fetched bytes) are filled to about this size before they are sent.
 DEFAULT_UPLOAD_PART_SIZE = 8 * MiB
+#: Copied ranges are cut into UploadPartCopy parts of this size to twice it: S3's smallest part, so that as many
+#: copies as possible run side by side (each costs one request; S3 bills a copy part as one PUT).
+DEFAULT_COPY_PART_SIZE = MIN_PART_SIZE
 
 
 @dataclass(frozen=True, order=True)
@@ -155,13 +161,16 @@ def is_copyable(segment: Segment) -> bool:
     return isinstance(segment, Range) and segment.transform is None and segment.length >= MIN_PART_SIZE
 
 
-def copy_splits(start: int, end: int) -> list[tuple[int, int]]:
-    """Split a copyable range into the fewest parts of at most 5 GiB, of nearly equal sizes (so every one
-    is far above 5 MiB)."""
+def copy_splits(start: int, end: int, part_size: int = MAX_PART_SIZE) -> list[tuple[int, int]]:
+    """Split a copyable range into parts of nearly equal sizes, each at least ``part_size`` (or the whole
+    range, when it is smaller) and at most 5 GiB: as many as ``part_size`` allows, so that they can be copied
+    side by side."""
     length = end - start
     if length < MIN_PART_SIZE:
         raise MergePlanError(f"a range of {length} bytes is too small to be copied as a part")
-    count = math.ceil(length / MAX_PART_SIZE)
+    if not MIN_PART_SIZE <= part_size <= MAX_PART_SIZE:
+        raise MergePlanError(f"copy parts must be between 5 MiB and 5 GiB, got {part_size}")
+    count = max(math.ceil(length / MAX_PART_SIZE), length // part_size, 1)
     base, extra = divmod(length, count)
     out = []
     pos = start
@@ -172,30 +181,37 @@ def copy_splits(start: int, end: int) -> list[tuple[int, int]]:
     return out
 
 
-def plan_parts(segments: Sequence[Segment], *, upload_part_size: int = DEFAULT_UPLOAD_PART_SIZE) -> PartPlan:
+def plan_parts(segments: Sequence[Segment], *, upload_part_size: int = DEFAULT_UPLOAD_PART_SIZE,
+               copy_part_size: int = DEFAULT_COPY_PART_SIZE) -> PartPlan:
     """Plan the parts of the merged object ``segments`` (in order): see the module docstring.
 
-    Raises MergePlanError when the object would exceed 5 TiB or 10,000 parts (the upload part size grows
-    before that happens), or when a transformed range sits before a copyable one.
+    Raises MergePlanError when the object would exceed 5 TiB or 10,000 parts (the upload and copy part sizes
+    grow before that happens), or when a transformed range sits before a copyable one.
     """
+    if not MIN_PART_SIZE <= copy_part_size <= MAX_PART_SIZE:
+        raise MergePlanError(f"copy_part_size must be between 5 MiB and 5 GiB, got {copy_part_size}")
     if not MIN_PART_SIZE <= upload_part_size <= MAX_PART_SIZE - MIN_PART_SIZE:
         raise MergePlanError(f"upload_part_size must be between 5 MiB and 5 GiB - 5 MiB, got {upload_part_size}")
     total = sum(s.length for s in segments)
     if total > MAX_OBJECT_SIZE:
         raise MergePlanError(f"the merged object would be {total} bytes, more than S3's 5 TiB limit")
-    size = upload_part_size
+    size, copy_size = upload_part_size, copy_part_size
     while True:
-        plan = _plan_once(segments, size)
+        plan = _plan_once(segments, size, copy_size)
         if len(plan.parts) + plan.stream_parts_estimate <= MAX_PARTS:
             return plan
+        if copy_size * 2 <= MAX_PART_SIZE and copy_size < size:
+            copy_size *= 2
+            continue
         if size * 2 > MAX_PART_SIZE - MIN_PART_SIZE:
             raise MergePlanError(
                 f"the merged object needs more than {MAX_PARTS} parts even with {size}-byte parts; merge fewer files"
             )
         size *= 2
+        copy_size = min(max(copy_size, size), MAX_PART_SIZE)
 
 
-def _plan_once(segments: Sequence[Segment], upload_part_size: int) -> PartPlan:
+def _plan_once(segments: Sequence[Segment], upload_part_size: int, copy_part_size: int) -> PartPlan:
     last_copy = max((i for i, s in enumerate(segments) if is_copyable(s)), default=-1)
     parts: list[CopyPart | UploadPart] = []
     buffer: list[Segment] = []
@@ -257,7 +273,7 @@ def _plan_once(segments: Sequence[Segment], upload_part_size: int) -> PartPlan:
                 add(seg)
                 continue
         flush()
-        for lo, hi in copy_splits(start, seg.end):
+        for lo, hi in copy_splits(start, seg.end, copy_part_size):
             parts.append(CopyPart(len(parts) + 1, seg.source, lo, hi))
     # Pieces buffered after the last copy (a newline after it) open the stream.
     stream = tuple(buffer) + tuple(s for s in segments[last_copy + 1 :] if s.length)

@@ -34,7 +34,7 @@ from ..protocol.records.manifest import INLINE_MAX_PARTS, PendingUpload, TaskMan
 from ..store.pool import ProgressHook, run_bounded
 from ..store.s3 import S3Store, store_for
 from .errors import MergeError, SourceChangedError
-from .executor import DEFAULT_MERGE_THREADS, MergeStats, run_merge
+from .executor import DEFAULT_COPY_THREADS, DEFAULT_MERGE_THREADS, MergeStats, run_merge
 from .kinds import Compression, FileKind, Format, detect_kind
 from .merge_plan import prepare
 from .parts import SourceObject
@@ -179,6 +179,8 @@ def compact(
     threads: int = DEFAULT_MERGE_THREADS,
     bin_threads: int = DEFAULT_BIN_THREADS,
     pool: Executor | None = None,
+    copy_threads: int = DEFAULT_COPY_THREADS,
+    copy_pool: Executor | None = None,
 ) -> CompactionReport:
     """Compact the dataset at ``uri``: see the module docstring. Returns what was planned and done.
 
@@ -231,9 +233,14 @@ def compact(
     stats = MergeStats()
     own_pool = pool is None
     parts_pool: Executor = pool or ThreadPoolExecutor(threads, thread_name_prefix="mpcommit-compact")
+    # Server-side copies of every bin share a pool of their own: they hold no bytes, only wait on the store.
+    own_copy_pool = copy_pool is None and pool is None
+    copiers: Executor = (ThreadPoolExecutor(max(1, copy_threads), thread_name_prefix="mpcommit-copy")
+                         if own_copy_pool else (copy_pool or parts_pool))
     try:
         t = time.monotonic()
-        outcomes = _merge_all(job, store, planned, parts_pool, stats, bin_threads, progress)
+        outcomes = _merge_all(job, store, planned, parts_pool, copiers, stats, bin_threads, progress,
+                              planning_pool=None if own_pool else parts_pool)
         timings["merge"] = time.monotonic() - t
         t = time.monotonic()
         outcomes = _verify_sources(store, destination.bucket, planned, outcomes, parts_pool, threads, listing.under)
@@ -244,6 +251,8 @@ def compact(
     finally:
         if own_pool:
             parts_pool.shutdown(wait=True)
+        if own_copy_pool:
+            copiers.shutdown(wait=True)
 
     results = [o for o in outcomes if isinstance(o, TaskResult)]
     reports = [
@@ -289,11 +298,12 @@ def _pending_of(result: TaskResult) -> PendingUpload | None:
     return result.manifest.uploads[0] if result.manifest and result.manifest.uploads else None
 
 
-def _merge_all(job: Job, store: S3Store, planned: list[_Planned], parts_pool: Executor, stats: MergeStats,
-               bin_threads: int, progress: ProgressHook) -> list[TaskResult | MergeError]:
+def _merge_all(job: Job, store: S3Store, planned: list[_Planned], parts_pool: Executor, copy_pool: Executor,
+               stats: MergeStats, bin_threads: int, progress: ProgressHook, *,
+               planning_pool: Executor | None = None) -> list[TaskResult | MergeError]:
     def one(p: _Planned) -> TaskResult | MergeError:
         try:
-            return _merge_bin(job, store, p, parts_pool, stats)
+            return _merge_bin(job, store, p, parts_pool, copy_pool, stats, planning_pool)
         except MergeError as exc:
             return exc
         except MpcommitError as exc:  # a store failure on this bin: skip it, like any other
@@ -309,11 +319,13 @@ def _merge_all(job: Job, store: S3Store, planned: list[_Planned], parts_pool: Ex
     return [outcomes[p.number] for p in planned]
 
 
-def _merge_bin(job: Job, store: S3Store, p: _Planned, parts_pool: Executor, stats: MergeStats) -> TaskResult:
+def _merge_bin(job: Job, store: S3Store, p: _Planned, parts_pool: Executor, copy_pool: Executor,
+               stats: MergeStats, planning_pool: Executor | None = None) -> TaskResult:
     bucket = job.destination.bucket
     sources = [SourceObject(c.key, c.etag, c.size) for c in p.bin.sources]
-    task = prepare(store, bucket, sources, p.kind, key=p.output, partition=p.bin.partition, stats=stats)
-    pending = run_merge(store, bucket, task, pool=parts_pool, stats=stats)
+    task = prepare(store, bucket, sources, p.kind, key=p.output, partition=p.bin.partition, stats=stats,
+                   pool=planning_pool)
+    pending = run_merge(store, bucket, task, pool=parts_pool, copy_pool=copy_pool, stats=stats)
     try:
         return record_uploads(job, p.number, [pending], store=store)
     except BaseException:

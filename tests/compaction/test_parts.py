@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from mpcommit.compaction.errors import MergePlanError
 from mpcommit.compaction.parts import (
+    DEFAULT_COPY_PART_SIZE,
     DEFAULT_UPLOAD_PART_SIZE,
     CopyPart,
     LiteralBytes,
@@ -120,7 +121,10 @@ def test_single_source_of_every_edge_size(size: int) -> None:
     check_legal(plan, seg)
     if size >= MIN_PART_SIZE:
         assert plan.stream == () and plan.copied_bytes == size and plan.fetched_bytes == 0
-        assert len(plan.parts) == -(-size // MAX_PART_SIZE)
+        # As many copy parts as the copy part size allows (to run side by side), none above 5 GiB.
+        assert len(plan.parts) == max(-(-size // MAX_PART_SIZE), size // DEFAULT_COPY_PART_SIZE)
+        assert all(min(size, DEFAULT_COPY_PART_SIZE) <= p.size <= min(MAX_PART_SIZE, 2 * DEFAULT_COPY_PART_SIZE)
+                   for p in plan.parts)
     else:
         assert plan.parts == () and plan.fetched_bytes == size
 
@@ -146,8 +150,9 @@ def test_small_piece_between_copies_borrows_just_enough() -> None:
     plan = plan_parts(segs)
     check_legal(plan, segs)
     assert plan.borrowed == MIN_PART_SIZE - 1
-    assert [type(p).__name__ for p in plan.parts] == ["CopyPart", "UploadPart", "CopyPart"]
-    assert plan.parts[1].size == MIN_PART_SIZE
+    kinds = [type(p).__name__ for p in plan.parts]
+    assert kinds == ["CopyPart"] * 4 + ["UploadPart"] + ["CopyPart"] * 3  # 5 MiB copies; b less the borrowed bytes
+    assert plan.parts[4].size == MIN_PART_SIZE
 
 
 def test_borrow_takes_a_range_whole_when_the_rest_could_not_be_copied() -> None:
@@ -182,6 +187,23 @@ def test_copy_splits() -> None:
     assert all(MIN_PART_SIZE <= hi - lo <= MAX_PART_SIZE for lo, hi in two)
     with pytest.raises(MergePlanError):
         copy_splits(0, MIN_PART_SIZE - 1)
+    # With a part size: as many parts as fit, nearly equal, each at least that size.
+    parts = copy_splits(3, 3 + 23 * MiB, 5 * MiB)
+    assert len(parts) == 4 and parts[0][0] == 3 and parts[-1][1] == 3 + 23 * MiB
+    assert all(5 * MiB <= hi - lo < 6 * MiB for lo, hi in parts)
+    assert [hi for _lo, hi in parts[:-1]] == [lo for lo, _hi in parts[1:]]
+    assert copy_splits(0, 9 * MiB, 5 * MiB) == [(0, 9 * MiB)]
+    with pytest.raises(MergePlanError):
+        copy_splits(0, 9 * MiB, MIN_PART_SIZE - 1)
+
+
+def test_copy_part_size_grows_before_the_part_limit() -> None:
+    # 60 GiB copied in 5 MiB parts would be 12,288 parts: the copy parts grow instead.
+    segs = [whole("a", 60 * GiB), whole("s", 100)]
+    plan = plan_parts(segs)
+    check_legal(plan, segs)
+    copies = [p for p in plan.parts if isinstance(p, CopyPart)]
+    assert MAX_PARTS // 2 < len(copies) + 1 <= MAX_PARTS and plan.copied_bytes == 60 * GiB
 
 
 def test_transformed_range_before_a_copy_is_refused() -> None:
