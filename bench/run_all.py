@@ -47,7 +47,7 @@ from .common import (
 
 OUTPUT = REPO_ROOT / "BENCHMARKS.md"
 PLOT = RESULTS_DIR / "commit_scaling.png"
-ALL_SCENARIOS = ("network", "commit", "writer", "e2e", "partitions", "compaction")  # the order they run in
+ALL_SCENARIOS = ("network", "commit", "writer", "e2e", "partitions", "compaction", "peers")  # the order they run in
 NETWORKS = ("raw", "s3")
 #: Through the S3-like network, protocols whose commit is sequential or copy-bound cost minutes per run: s3fs
 #: completes one file at a time (80 ms each), so it runs once at 1,000 files and not at 10,000.
@@ -134,6 +134,11 @@ def _run_one(name: str, network: str, ep: str, server: Any, net: S3Network | Non
                                 caps=S3_COMMIT_CAPS if network == "s3" else ())
     elif name == "writer":
         data = bench_writer.run(ep, size=args.writer_size, repeats=args.repeats, variants=bench_writer.EQUAL_VARIANTS)
+    elif name == "peers":
+        from . import bench_spark_peers
+
+        data = bench_spark_peers.run(server, net, network, plan=getattr(args, f"peers_plan_{network}"),
+                                     size=args.peers_size)
     else:
         mod = _optional(name)
         if mod is None:
@@ -522,6 +527,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--partitions-big", type=int, default=1000,
                    help="from this many partitions on, scenario 3 runs --big-repeats times (default 1000); 0 disables")
     p.add_argument("--e2e-size", default=None, help="approximate data size of scenario 4 (default 1GiB)")
+    p.add_argument("--peers-plan-raw", default=None,
+                   help="scenario peers, raw: runs per size and variant (default: bench_spark_peers.DEFAULT_PLAN)")
+    p.add_argument("--peers-plan-s3", default=None, help="scenario peers, through the S3-like network: the same")
+    p.add_argument("--peers-size", default="1GiB", help="row data of scenario peers (default 1GiB)")
     p.add_argument("--networks", default=",".join(NETWORKS),
                    help="raw (straight to the server), s3 (through the S3-like network), or both (default raw,s3)")
     p.add_argument("--threads-sweep", default="8,32,64",
@@ -552,6 +561,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a.writer_size = parse_size(a.writer_size)
     a.partition_data = parse_size(a.partition_data)
     a.e2e_size = parse_size(a.e2e_size)
+    a.peers_size = parse_size(a.peers_size)
     return a
 
 
