@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import bench_commit, bench_network, bench_writer, report_network
+from . import bench_commit, bench_network, bench_writer, report_network, report_peers
 from .s3_network import S3_LIKE, S3Network
 from .common import (
     REPO_ROOT,
@@ -325,6 +325,8 @@ def render(results: dict[str, Any], model: S3CostModel = S3CostModel(), note: st
     out += _targets(results)
     out += report_network.s3_targets(results)
     out.append("")
+    out += report_peers.targets_block(results)
+    out.append("")
     if any(k.endswith(".s3") for k in results):
         out += report_network.headline_table(results)
     if "network" in results or any(k.endswith(".s3") for k in results):
@@ -343,7 +345,19 @@ def render(results: dict[str, Any], model: S3CostModel = S3CostModel(), note: st
         else:
             out += [f"## {title}", "", "Not measured in this run (the scenario's module is not there yet, or it was not selected).", ""]
         out += report_network.s3_subsection(name, results, model)
+    out += report_peers.section(results, _measured_line)
     return "\n".join(out) + "\n"
+
+
+def splice_peers(text: str, results: dict[str, Any]) -> str:
+    """``text`` (an existing BENCHMARKS.md) with only the real peers' blocks rendered anew: their target lines,
+    their headline rows and section 6. The rest, which other runs measured, stays as it is."""
+    text = report_peers.splice(text, report_peers.targets_block(results), report_peers.TARGETS_START,
+                               report_peers.TARGETS_END, before="## Headline comparisons")
+    text = report_peers.splice(text, report_peers.headline_block(results), report_peers.HEADLINE_START,
+                               report_peers.HEADLINE_END, before="Reading the second column:")
+    return report_peers.splice(text, report_peers.section(results, _measured_line), report_peers.START,
+                               report_peers.END)
 
 
 def _targets(results: dict[str, Any]) -> list[str]:
@@ -539,6 +553,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads-sweep-files", type=int, default=1000)
     p.add_argument("--threads-sweep-repeats", type=int, default=3)
     p.add_argument("--render-only", action="store_true", help="no run: rewrite BENCHMARKS.md and the plot from bench/results")
+    p.add_argument("--splice-peers", action="store_true",
+                   help="rewrite only the real peers' parts of the existing report (targets, headline rows, section 6), "
+                        "from bench/results/peers*.json; the rest of the file stays as it is")
     p.add_argument("--output", default=str(OUTPUT), help="where to write the report (default BENCHMARKS.md)")
     p.add_argument("--note", default="", help="a sentence about the run, printed under 'Machine and run'")
     a = p.parse_args(argv)
@@ -580,7 +597,11 @@ def main(argv: list[str] | None = None) -> int:
         path = plot(results["commit"], model)
         if path:
             log(f"plot: {path}")
-    Path(args.output).write_text(render(results, model, args.note))
+    out = Path(args.output)
+    if args.splice_peers and out.exists():
+        out.write_text(splice_peers(out.read_text(), results))
+    else:
+        out.write_text(render(results, model, args.note))
     log(f"wrote {args.output} in {human_seconds(time.perf_counter() - t0)}")
     return 0
 

@@ -1,0 +1,279 @@
+"""The parts of BENCHMARKS.md about the real peers (scenario ``peers``, ``bench/bench_spark_peers.py``): section 6,
+its target lines and its rows of the headline table, raw (``peers``) and with the S3-like network (``peers.s3``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .bench_spark_peers import DOUBLES, LABELS, MASTER, ROW_BYTES, SPARK_TASKS, summarise
+from .common import human_bytes, human_seconds, md_table
+
+#: The networks in the order they are reported, with their results' keys.
+NETWORKS = (("peers", "raw (no added latency; through the counting proxy)"),
+            ("peers.s3", "with the S3-like network"))
+SHORT = {"v1": "v1", "v2": "v2", "magic": "magic", "directory": "directory", "mpcommit": "mpcommit"}
+
+START, END = "<!-- bench:peers -->", "<!-- /bench:peers -->"
+TARGETS_START, TARGETS_END = "<!-- bench:peers-targets -->", "<!-- /bench:peers-targets -->"
+HEADLINE_START, HEADLINE_END = "<!-- bench:peers-headline -->", "<!-- /bench:peers-headline -->"
+
+
+def _x(sp: dict[str, float] | None) -> str:
+    if not sp or not sp.get("n") or sp["paired"] != sp["paired"]:
+        return "–"
+    if sp["n"] <= 1:
+        return f"{sp['paired']:.2f}x (one pair)"
+    return f"**{sp['paired']:.2f}x** ({sp['lo']:.2f}-{sp['hi']:.2f}, n={sp['n']})"
+
+
+def _range(median: float, lo: float, hi: float, n: int) -> str:
+    if n <= 1:
+        return human_seconds(median)
+    return f"{human_seconds(median)} ({human_seconds(lo)}-{human_seconds(hi)})"
+
+
+# ---------------------------------------------------------------- targets
+def target_lines(results: dict[str, Any]) -> list[str]:
+    """Issue 11's targets for the real peers, per network and size: mpcommit's end to end <= 1.0x and job commit
+    <= 0.5x the magic committer's (paired ratios), requests per output file <= magic's, zero bytes copied."""
+    lines: list[str] = []
+    for key, label in NETWORKS:
+        data = results.get(key)
+        if not data or not data.get("runs"):
+            continue
+        for files, s in summarise(data).items():
+            rows, ratios = s["rows"], s["ratios"].get("mpcommit")
+            if "mpcommit" not in rows or "magic" not in rows or not ratios:
+                continue
+            mp, mg = rows["mpcommit"], rows["magic"]
+            where = f"{files:,} files, {label}"
+            e2e, jc = ratios["seconds"], ratios["job_commit"]
+            lines.append(_line(e2e["paired"] <= 1.0, f"end to end, mpcommit ÷ Spark + S3A magic committer <= 1.0x ({where}): "
+                                                     f"{_x(e2e)}" + _miss(e2e["paired"], 1.0, "slower")))
+            lines.append(_line(jc["paired"] <= 0.5, f"job commit, mpcommit ÷ S3A magic committer <= 0.5x ({where}): "
+                                                    f"{_x(jc)} ({human_seconds(mp['job_commit'])} vs "
+                                                    f"{human_seconds(mg['job_commit'])})" + _miss(jc["paired"], 0.5, "over")))
+            lines.append(_line(mp["requests_per_file"] <= mg["requests_per_file"],
+                               f"requests per output file <= the magic committer's ({where}): "
+                               f"**{mp['requests_per_file']:.2f} vs {mg['requests_per_file']:.2f}** "
+                               f"({mp['requests_per_file'] / mg['requests_per_file']:.2f}x)"))
+            lines.append(_line(mp["copied"] == 0, f"zero bytes copied server-side ({where}): "
+                                                  f"**{human_bytes(mp['copied'])}**"))
+    return lines
+
+
+def _line(ok: bool, text: str) -> str:
+    return f"- {'met' if ok else '**missed**'}: {text}"
+
+
+def _miss(value: float, target: float, word: str) -> str:
+    if value <= target:
+        return ""
+    return f" -- missed by {value / target - 1:.0%} ({value:.2f}x against {target:.1f}x); see section 6 for why"
+
+
+def targets_block(results: dict[str, Any]) -> list[str]:
+    lines = target_lines(results)
+    if not lines:
+        return [TARGETS_START, TARGETS_END]
+    return [TARGETS_START, "", "The real peers (Spark's own committers on s3a://, same run; section 6):", "", *lines,
+            TARGETS_END]
+
+
+def headline_block(results: dict[str, Any]) -> list[str]:
+    rows = headline_rows(results)
+    if not rows:
+        return [HEADLINE_START, HEADLINE_END]
+    return [HEADLINE_START, "Against the real peers (section 6: Spark's own `df.write` on s3a://, interleaved in one "
+            "Spark application per network; the first column through the proxy with no shaping):", "",
+            md_table(["comparison", "raw (loopback)", "with the S3-like network"], rows, align="lll"), "",
+            HEADLINE_END]
+
+
+def headline_rows(results: dict[str, Any]) -> list[list[str]]:
+    """Rows for the headline table: mpcommit and the directory committer against the magic committer."""
+    sums = {key: summarise(results[key]) if results.get(key) else {} for key, _ in NETWORKS}
+    sizes = sorted(set(sums["peers"]) | set(sums["peers.s3"]))
+    rows = []
+    for what, field in (("PySpark partitioned Parquet end to end", "seconds"), ("job commit", "job_commit")):
+        for v in ("mpcommit", "directory"):
+            for files in sizes:
+                cells = [_x(((sums[key].get(files) or {}).get("ratios", {}).get(v) or {}).get(field)) for key, _ in NETWORKS]
+                if any(c != "–" for c in cells):
+                    rows.append([f"{what}, {LABELS[v]} ÷ Spark + S3A magic committer ({files:,} files, real Spark)", *cells])
+    return rows
+
+
+# ---------------------------------------------------------------- section 6
+def section(results: dict[str, Any], measured_line: Any) -> list[str]:
+    present = [(key, label) for key, label in NETWORKS if results.get(key, {}).get("runs")]
+    out = [START, "## 6. The real peers: Spark's own committers on s3a://, side by side", ""]
+    if not present:
+        return out + ["Not measured in this run (scenario `peers`).", "", END]
+    first = results[present[0][0]]
+    out += _intro(first)
+    for key, label in present:
+        data = results[key]
+        out += [f"### {label[0].upper() + label[1:]}", "", measured_line(data), ""]
+        out += _network(data, key)
+    out += _requests_section(results, present)
+    out.append(END)
+    return out
+
+
+def _intro(data: dict[str, Any]) -> list[str]:
+    shapes = data.get("shapes") or {}
+    shape_text = "; ".join(f"{int(f):,} files: {sh['values']:,} values of `p`" for f, sh in sorted(shapes.items(), key=lambda kv: int(kv[0])))
+    rows = next(iter(shapes.values()), {}).get("rows", 0)
+    size = human_bytes(data.get("size", 0))
+    out = [
+        "Spark's own `df.write.mode(\"overwrite\").partitionBy(\"p\").parquet(\"s3a://...\")` with Hadoop's committers, "
+        "against `mpcommit.spark.write(df, \"s3a://...\", \"parquet\", mode=\"overwrite\", partition_by=[\"p\"])`: the "
+        "same DataFrame, the same LocalStack, one Spark application per network with every variant's runs "
+        "interleaved in it. Every variant here is the real, unmodified implementation (Spark "
+        f"{data.get('spark_version', '?')}, hadoop-aws 3.5.0 with the AWS SDK v2, spark-hadoop-cloud 4.1.1 from "
+        "`make s3a-install`); nothing in this section is a model. What is modelled is the network only, in the "
+        "second half (section 0's proxy); the server is LocalStack on the same two cores.",
+        "",
+        "- **The data**: `spark.range(rows, numPartitions=4)` with `p = id % values` (int) and "
+        f"{DOUBLES} `rand()` doubles: {ROW_BYTES} bytes of incompressible row data besides the partition column (which "
+        f"lives in the path), so {rows:,} rows make {size}. Every one of the {SPARK_TASKS} tasks holds rows of every "
+        "value of `p`, so each task writes one file per value and files = tasks × values "
+        f"({shape_text}). Spark (parquet-mr) and mpcommit (pyarrow) both write snappy Parquet; "
+        "the bytes they write differ (the *Parquet written* column, and below).",
+        f"- **Spark**: `{MASTER}` (this machine has 2 cores; driver and executors are one JVM), driver memory "
+        f"{data.get('driver_memory', '?')}, event log on; one untimed warm-up write of each variant first.",
+        "- **The committers**: **v1** and **v2** are `FileOutputCommitter` (algorithm 1 or 2) through Spark's own "
+        "`SQLHadoopMapReduceCommitProtocol` and Parquet's `ParquetOutputCommitter`; **magic** and **directory** are "
+        "the S3A committers through spark-hadoop-cloud's `PathOutputCommitProtocol` and "
+        "`BindingParquetOutputCommitter`, the directory committer with conflict mode `append` (every run writes to a "
+        "fresh prefix, which Spark's overwrite has checked) and its staging on the local `file://` filesystem "
+        "(`fs.s3a.committer.staging.tmp.path`), which stands in for a cluster filesystem in local mode. S3A's "
+        "settings are its defaults otherwise (32 committer threads, blocks buffered on disk, 64 MiB parts, "
+        "`fs.s3a.create.performance` off); mpcommit's are its defaults (32 commit threads).",
+        "- Spark 4 turns the magic committer on **by itself** once spark-hadoop-cloud is on the classpath "
+        "(`SparkContext.enableMagicCommitterIfNeeded` sets the commit protocol, the Parquet committer and "
+        "`fs.s3a.committer.name=magic` unless `spark.hadoop.fs.s3a.committer.magic.enabled=false`): so the "
+        "magic committer is what a Spark 4 user with these jars gets, and v1/v2 here name Spark's own protocol "
+        "and committer explicitly.",
+        "- **End to end**: the wall time of the write call in the driver. **Job commit**: for Spark, the "
+        "SQL metric `job commit time` that Spark's `FileFormatWriter` takes around the commit protocol's "
+        "`commitJob` (from the event log's `SparkListenerDriverAccumUpdates`); **task commits** likewise "
+        "(`task commit time`, summed over the tasks, so it can exceed the wall time); for mpcommit, the job "
+        "commit is its report's `commit` timing (validate, journal, completes, `_SUCCESS`, clean-up).",
+        "- **Requests and bytes**: every client sends through the counting proxy (S3A's `fs.s3a.endpoint` and "
+        "mpcommit's endpoint both point at it): the raw half through the proxy with no shaping (it forwards and "
+        "counts; section 0 gives its cost: about 0.9x of the direct throughput), the second half with the S3-like "
+        "profile. Counts are per run (the proxy is reset before each write), divided by the files the run left.",
+        "- **CPU**: `/proc` (psutil, sampled every 0.5 s so that Python workers that exit keep their time) of the "
+        "Spark JVM (driver and executors in `local[2]`), of the Python workers under it (mpcommit's tasks run "
+        "there; Spark's writers run none) and of the Python driver (mpcommit's job commit runs there); the tasks' "
+        "own JVM time from the event log (`Executor CPU Time`; S3A's upload threads and the driver's commit are "
+        "not task threads); the S3 server's and the proxy's.",
+        "- **Checked every run**: the files and bytes left under the prefix, no pending uploads left, the "
+        "`_SUCCESS` (the S3A committers' JSON names the committer; FileOutputCommitter's is empty); in the raw "
+        "half, the first run of every variant and size also has its rows counted from every file's footer.",
+        "",
+    ]
+    return out
+
+
+def _network(data: dict[str, Any], key: str) -> list[str]:
+    out: list[str] = []
+    plan = data.get("plan", "")
+    out.append(f"Runs per size and variant: `{plan}` (the magic committer and mpcommit back to back in every round, "
+               "ABBA from round to round; the others between them, in rotating order). "
+               + (f"The child process exited with status {data.get('exit_status')}." if data.get("exit_status") else ""))
+    out.append("")
+    for files, s in summarise(data).items():
+        rows, ratios = s["rows"], s["ratios"]
+        table = []
+        for v in ("mpcommit", "magic", "directory", "v2", "v1"):
+            r = rows.get(v)
+            if not r:
+                continue
+            rt = ratios.get(v, {})
+            table.append([LABELS[v], r["n"], _range(r["seconds"], r["lo"], r["hi"], r["n"]),
+                          "1.00x" if v == "magic" else _x(rt.get("seconds")),
+                          _range(r["job_commit"], r["job_commit_lo"], r["job_commit_hi"], r["n"]),
+                          "1.00x" if v == "magic" else _x(rt.get("job_commit")),
+                          human_seconds(r["task_commit"]) if r["task_commit"] == r["task_commit"] else "–",
+                          f"{r['requests_per_file']:.2f}", human_bytes(r["copied"]),
+                          f"{r['files']:,.0f}, {human_bytes(r['bytes'])}", f"{r['load']:.1f}"])
+        out.append(f"**{files:,} files** ({s['shape'].get('rows', 0):,} rows):")
+        out.append("")
+        out.append(md_table(["committer", "runs", "end to end (median, range)", "÷ magic", "job commit", "÷ magic",
+                             "task commits (sum)", "requests per file", "copied server-side", "Parquet written",
+                             "load (1 min)"], table, align="lrrlrlrrrrr"))
+        out.append("")
+        cpu = []
+        for v in ("mpcommit", "magic", "directory", "v2", "v1"):
+            r = rows.get(v)
+            if not r:
+                continue
+            c = r["cpu"]
+            own = c.get("jvm", 0.0) + c.get("python_workers", 0.0) + c.get("driver_python", 0.0)
+            cpu.append([LABELS[v], f"{c.get('jvm', float('nan')):.1f} s", f"{r['executor_cpu']:.1f} s",
+                        f"{c.get('python_workers', 0.0):.1f} s", f"{c.get('driver_python', float('nan')):.1f} s",
+                        f"**{own:.1f} s**", f"{c.get('server', float('nan')):.1f} s", f"{c.get('proxy', float('nan')):.1f} s"])
+        out.append(f"CPU per run at {files:,} files (medians):")
+        out.append("")
+        out.append(md_table(["committer", "Spark JVM (driver + executors)", "of it in tasks (executorCpuTime)",
+                             "Python workers", "Python driver", "the job's total", "S3 server", "proxy"], cpu,
+                            align="lrrrrrrr"))
+        out.append("")
+        mp = rows.get("mpcommit", {}).get("mp_timings")
+        if mp:
+            out.append("mpcommit's own timings (medians): " + ", ".join(
+                f"{k} {human_seconds(v)}" for k, v in mp.items()) + ".")
+            out.append("")
+        checks = []
+        for v, r in rows.items():
+            bits = [f"`_SUCCESS`: {r['success']}"]
+            if r.get("rows") is not None:
+                bits.append(f"{r['rows']:,} rows")
+            if r["pending_left"]:
+                bits.append(f"**{r['pending_left']} pending uploads left**")
+            checks.append(f"{SHORT[v]} ({', '.join(bits)})")
+        out.append("Checks: " + "; ".join(checks) + ".")
+        out.append("")
+    return out
+
+
+def _requests_section(results: dict[str, Any], present: list[tuple[str, str]]) -> list[str]:
+    out = ["### Requests per output file, by operation", ""]
+    out.append("From the raw half's runs (medians; the S3-like half's counts are given in its tables' *requests per "
+               "file* column: the same requests, apart from retries). Every request of the write is counted, the "
+               "tasks' and the commit's alike, set-up and Spark's own checks of the destination included.")
+    out.append("")
+    key = present[0][0]
+    for files, s in summarise(results[key]).items():
+        rows = s["rows"]
+        variants = [v for v in ("mpcommit", "magic", "directory", "v2", "v1") if v in rows]
+        ops = sorted({op for v in variants for op in rows[v]["ops_per_file"]})
+        table = [[op, *[f"{rows[v]['ops_per_file'].get(op, 0.0):.2f}" if rows[v]["ops_per_file"].get(op) else "–"
+                        for v in variants]] for op in ops]
+        table.append(["**total**", *[f"**{rows[v]['requests_per_file']:.2f}**" for v in variants]])
+        table.append(["bytes copied server-side", *[human_bytes(rows[v]["copied"]) for v in variants]])
+        table.append(["bytes sent (request bodies)", *[human_bytes(rows[v]["up"]) for v in variants]])
+        out.append(f"**{files:,} files**:")
+        out.append("")
+        out.append(md_table(["operation", *[SHORT[v] for v in variants]], table, align="l" + "r" * len(variants)))
+        out.append("")
+    return out
+
+
+def splice(text: str, block: list[str], start: str, end: str, *, before: str | None = None) -> str:
+    """``text`` with the lines between the ``start`` and ``end`` markers replaced by ``block`` (markers included
+    in ``block``); without the markers, ``block`` goes before the first line starting with ``before``, or at the
+    end."""
+    body = "\n".join(block)
+    if start in text and end in text:
+        head, rest = text.split(start, 1)
+        _, tail = rest.split(end, 1)
+        return head + body + tail
+    if before is not None:
+        idx = text.find("\n" + before)
+        if idx >= 0:
+            return text[: idx + 1] + body + "\n\n" + text[idx + 1:]
+    return text.rstrip("\n") + "\n\n" + body + "\n"
