@@ -173,10 +173,6 @@ def headline_table(results: dict[str, Any]) -> list[str]:
     out.append("")
     out.append(md_table(["comparison", "raw (loopback)", "with the S3-like network"], rows, align="lll"))
     out.append("")
-    from . import report_peers
-
-    out += report_peers.headline_block(results)
-    out.append("")
     out.append("Reading the second column:")
     out.append("")
     out.append("- The server is still LocalStack on the same two shared cores. Where it takes longer than the modelled "

@@ -1,12 +1,13 @@
-"""The parts of BENCHMARKS.md about the real peers (scenario ``peers``, ``bench/bench_spark_peers.py``): section 6,
-its target lines and its rows of the headline table, raw (``peers``) and with the S3-like network (``peers.s3``)."""
+"""BENCHMARKS.md's section on the real peers (scenario ``peers``, ``bench/bench_spark_peers.py``), raw (``peers``)
+and with the S3-like network (``peers.s3``): one section of its own, between markers, with its own target verdicts,
+so that ``python -m bench.run_all --render-only --splice-peers`` rewrites it and nothing else."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from .bench_spark_peers import DOUBLES, LABELS, MASTER, ROW_BYTES, SPARK_TASKS, summarise
-from .common import human_bytes, human_seconds, md_table
+from .common import human_bytes, human_seconds, md_table, median
 
 #: The networks in the order they are reported, with their results' keys.
 NETWORKS = (("peers", "raw (no added latency; through the counting proxy)"),
@@ -14,8 +15,7 @@ NETWORKS = (("peers", "raw (no added latency; through the counting proxy)"),
 SHORT = {"v1": "v1", "v2": "v2", "magic": "magic", "directory": "directory", "mpcommit": "mpcommit"}
 
 START, END = "<!-- bench:peers -->", "<!-- /bench:peers -->"
-TARGETS_START, TARGETS_END = "<!-- bench:peers-targets -->", "<!-- /bench:peers-targets -->"
-HEADLINE_START, HEADLINE_END = "<!-- bench:peers-headline -->", "<!-- /bench:peers-headline -->"
+TITLE = "## Real peers: Spark's own writers with the S3A committers"
 
 
 def _x(sp: dict[str, float] | None) -> str:
@@ -23,7 +23,10 @@ def _x(sp: dict[str, float] | None) -> str:
         return "–"
     if sp["n"] <= 1:
         return f"{sp['paired']:.2f}x (one pair)"
-    return f"**{sp['paired']:.2f}x** ({sp['lo']:.2f}-{sp['hi']:.2f}, n={sp['n']})"
+    ci = sp.get("ci_lo", float("nan"))
+    if ci == ci:  # three pairs or more: the bootstrap interval of the median ratio
+        return f"**{sp['paired']:.2f}x** (95% CI {sp['ci_lo']:.2f}-{sp['ci_hi']:.2f}, range {sp['lo']:.2f}-{sp['hi']:.2f}, n={sp['n']})"
+    return f"**{sp['paired']:.2f}x** (range {sp['lo']:.2f}-{sp['hi']:.2f}, n={sp['n']})"
 
 
 def _range(median: float, lo: float, hi: float, n: int) -> str:
@@ -57,8 +60,9 @@ def target_lines(results: dict[str, Any]) -> list[str]:
                                f"requests per output file <= the magic committer's ({where}): "
                                f"**{mp['requests_per_file']:.2f} vs {mg['requests_per_file']:.2f}** "
                                f"({mp['requests_per_file'] / mg['requests_per_file']:.2f}x)"))
-            lines.append(_line(mp["copied"] == 0, f"zero bytes copied server-side ({where}): "
-                                                  f"**{human_bytes(mp['copied'])}**"))
+            copied = mp.get("copied_max", mp["copied"])  # zero in every run, not in the median one
+            lines.append(_line(copied == 0, f"zero bytes copied server-side in every run ({where}): "
+                                            f"**{human_bytes(copied)}** at most"))
     return lines
 
 
@@ -69,49 +73,22 @@ def _line(ok: bool, text: str) -> str:
 def _miss(value: float, target: float, word: str) -> str:
     if value <= target:
         return ""
-    return f" -- missed by {value / target - 1:.0%} ({value:.2f}x against {target:.1f}x); see section 6 for why"
+    return f" -- missed by {value / target - 1:.0%} ({value:.2f}x against {target:.1f}x); see *Why, and what would close it* below"
 
 
-def targets_block(results: dict[str, Any]) -> list[str]:
-    lines = target_lines(results)
-    if not lines:
-        return [TARGETS_START, TARGETS_END]
-    return [TARGETS_START, "", "The real peers (Spark's own committers on s3a://, same run; section 6):", "", *lines,
-            TARGETS_END]
-
-
-def headline_block(results: dict[str, Any]) -> list[str]:
-    rows = headline_rows(results)
-    if not rows:
-        return [HEADLINE_START, HEADLINE_END]
-    return [HEADLINE_START, "Against the real peers (section 6: Spark's own `df.write` on s3a://, interleaved in one "
-            "Spark application per network; the first column through the proxy with no shaping):", "",
-            md_table(["comparison", "raw (loopback)", "with the S3-like network"], rows, align="lll"), "",
-            HEADLINE_END]
-
-
-def headline_rows(results: dict[str, Any]) -> list[list[str]]:
-    """Rows for the headline table: mpcommit and the directory committer against the magic committer."""
-    sums = {key: summarise(results[key]) if results.get(key) else {} for key, _ in NETWORKS}
-    sizes = sorted(set(sums["peers"]) | set(sums["peers.s3"]))
-    rows = []
-    for what, field in (("PySpark partitioned Parquet end to end", "seconds"), ("job commit", "job_commit")):
-        for v in ("mpcommit", "directory"):
-            for files in sizes:
-                cells = [_x(((sums[key].get(files) or {}).get("ratios", {}).get(v) or {}).get(field)) for key, _ in NETWORKS]
-                if any(c != "–" for c in cells):
-                    rows.append([f"{what}, {LABELS[v]} ÷ Spark + S3A magic committer ({files:,} files, real Spark)", *cells])
-    return rows
-
-
-# ---------------------------------------------------------------- section 6
+# ---------------------------------------------------------------- the section
 def section(results: dict[str, Any], measured_line: Any) -> list[str]:
     present = [(key, label) for key, label in NETWORKS if results.get(key, {}).get("runs")]
-    out = [START, "## 6. The real peers: Spark's own committers on s3a://, side by side", ""]
+    out = [START, TITLE, ""]
     if not present:
         return out + ["Not measured in this run (scenario `peers`).", "", END]
     first = results[present[0][0]]
+    out += _machine(results, present)
     out += _intro(first)
+    verdicts = target_lines(results)
+    if verdicts:
+        out += ["### Targets (issue 11)", "", *verdicts, ""]
+        out += [f"**Why, and what would close it.** {WHY}", ""] if WHY else []
     for key, label in present:
         data = results[key]
         out += [f"### {label[0].upper() + label[1:]}", "", measured_line(data), ""]
@@ -119,6 +96,27 @@ def section(results: dict[str, Any], measured_line: Any) -> list[str]:
     out += _requests_section(results, present)
     out.append(END)
     return out
+
+
+#: What the verdicts above rest on, written from the run's figures (see BENCHMARKS.md); empty until a run says.
+WHY = ""
+
+
+def _machine(results: dict[str, Any], present: list[tuple[str, str]]) -> list[str]:
+    """The machine and the load under each half of the scenario (its runs' own load averages, 1 min)."""
+    meta = next((results[k].get("meta") for k, _ in present if results[k].get("meta")), None) or {}
+    m = meta.get("machine") or {}
+    out = []
+    if m:
+        out.append(f"Machine: {m.get('cpu', '?')}, {m.get('cores', '?')}, {m.get('memory', '?')}; {m.get('os', '?')}; "
+                   f"{m.get('python', '?')}; {m.get('others', '')}; S3 server {m.get('server', '?')}.")
+    for key, label in present:
+        loads = [r["load_before"][0] for r in results[key]["runs"]]
+        if loads:
+            out.append(f"Load average (1 min) before each run, {label.split(' (')[0]}: median {median(loads):.1f}, "
+                       f"range {min(loads):.1f}-{max(loads):.1f}, over {len(loads)} runs (2 cores shared with four "
+                       "other engineers' Spark, cluster and benchmark work).")
+    return out + [""] if out else out
 
 
 def _intro(data: dict[str, Any]) -> list[str]:
@@ -133,7 +131,7 @@ def _intro(data: dict[str, Any]) -> list[str]:
         "interleaved in it. Every variant here is the real, unmodified implementation (Spark "
         f"{data.get('spark_version', '?')}, hadoop-aws 3.5.0 with the AWS SDK v2, spark-hadoop-cloud 4.1.1 from "
         "`make s3a-install`); nothing in this section is a model. What is modelled is the network only, in the "
-        "second half (section 0's proxy); the server is LocalStack on the same two cores.",
+        "second half (the S3-like proxy of `bench/s3_network.py`, section 0); the server is LocalStack on the same two cores.",
         "",
         "- **The data**: `spark.range(rows, numPartitions=4)` with `p = id % values` (int) and "
         f"{DOUBLES} `rand()` doubles: {ROW_BYTES} bytes of incompressible row data besides the partition column (which "
@@ -163,7 +161,7 @@ def _intro(data: dict[str, Any]) -> list[str]:
         "commit is its report's `commit` timing (validate, journal, completes, `_SUCCESS`, clean-up).",
         "- **Requests and bytes**: every client sends through the counting proxy (S3A's `fs.s3a.endpoint` and "
         "mpcommit's endpoint both point at it): the raw half through the proxy with no shaping (it forwards and "
-        "counts; section 0 gives its cost: about 0.9x of the direct throughput), the second half with the S3-like "
+        "counts; section 0 gives the proxy's cost: about 0.9x of the direct throughput), the second half with the S3-like "
         "profile. Counts are per run (the proxy is reset before each write), divided by the files the run left.",
         "- **CPU**: `/proc` (psutil, sampled every 0.5 s so that Python workers that exit keep their time) of the "
         "Spark JVM (driver and executors in `local[2]`), of the Python workers under it (mpcommit's tasks run "

@@ -311,8 +311,6 @@ def render(results: dict[str, Any], model: S3CostModel = S3CostModel(), note: st
     out += _targets(results)
     out += report_network.s3_targets(results)
     out.append("")
-    out += report_peers.targets_block(results)
-    out.append("")
     if any(k.endswith(".s3") for k in results):
         out += report_network.headline_table(results)
     if "network" in results or any(k.endswith(".s3") for k in results):
@@ -336,12 +334,8 @@ def render(results: dict[str, Any], model: S3CostModel = S3CostModel(), note: st
 
 
 def splice_peers(text: str, results: dict[str, Any]) -> str:
-    """``text`` (an existing BENCHMARKS.md) with only the real peers' blocks rendered anew: their target lines,
-    their headline rows and section 6. The rest, which other runs measured, stays as it is."""
-    text = report_peers.splice(text, report_peers.targets_block(results), report_peers.TARGETS_START,
-                               report_peers.TARGETS_END, before="## Headline comparisons")
-    text = report_peers.splice(text, report_peers.headline_block(results), report_peers.HEADLINE_START,
-                               report_peers.HEADLINE_END, before="Reading the second column:")
+    """``text`` (an existing BENCHMARKS.md) with only the real peers' section rendered anew (between its markers,
+    or appended at the end); the rest, which other runs measured and other hands edit, stays as it is."""
     return report_peers.splice(text, report_peers.section(results, _measured_line), report_peers.START,
                                report_peers.END)
 
@@ -432,7 +426,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads-sweep-repeats", type=int, default=3)
     p.add_argument("--render-only", action="store_true", help="no run: rewrite BENCHMARKS.md and the plot from bench/results")
     p.add_argument("--splice-peers", action="store_true",
-                   help="rewrite only the real peers' parts of the existing report (targets, headline rows, section 6), "
+                   help="rewrite only the real peers' parts of the existing report (its own section, between its markers), "
                         "from bench/results/peers*.json; the rest of the file stays as it is")
     p.add_argument("--output", default=str(OUTPUT), help="where to write the report (default BENCHMARKS.md)")
     p.add_argument("--note", default="", help="a sentence about the run, printed under 'Machine and run'")
