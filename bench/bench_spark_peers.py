@@ -135,15 +135,19 @@ def schedule(runs: dict[str, int]) -> list[tuple[int, str]]:
     """(round, variant): round r holds every variant with more than r runs. The first two variants of the plan
     (the pair the targets compare) always run back to back, in ABBA order from round to round (A B rest,
     rest B A, A B rest, ...); the others' order rotates, so that none always comes first."""
+    from bench.common import abba
+
     order: list[tuple[int, str]] = []
     names = list(runs)
-    for r in range(max(runs.values(), default=0)):
-        pair = [v for v in names[:2] if runs[v] > r]
+    rounds = max(runs.values(), default=0)
+    pairs = abba(names[:2], rounds)
+    for r in range(rounds):
+        pair = [v for rr, v in pairs if rr == r and runs[v] > r]
         rest = [v for v in names[2:] if runs[v] > r]
         if rest:
             k = r % len(rest)
             rest = rest[k:] + rest[:k]
-        seq = pair + rest if r % 2 == 0 else rest + pair[::-1]
+        seq = pair + rest if r % 2 == 0 else rest + pair
         order += [(r, v) for v in seq]
     return order
 
@@ -583,6 +587,7 @@ def summarise(data: dict[str, Any]) -> dict[int, dict[str, Any]]:
                 "requests_per_file": median(r["proxy"]["totals"]["requests"] / _files_of(r) for r in rs),
                 "ops_per_file": {op: median(vals) for op, vals in sorted(ops.items())},
                 "copied": median(r["proxy"]["totals"]["copied_bytes"] for r in rs),
+                "copied_max": max(r["proxy"]["totals"]["copied_bytes"] for r in rs),
                 "up": median(r["proxy"]["totals"]["request_bytes"] for r in rs),
                 "cpu": {g: median(r["cpu"].get(g, 0.0) for r in rs) for g in cpu_groups},
                 "executor_cpu": median(r["events"]["executor_cpu_s"] for r in rs),
