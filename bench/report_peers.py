@@ -52,10 +52,11 @@ def target_lines(results: dict[str, Any]) -> list[str]:
             where = f"{files:,} files, {label}"
             e2e, jc = ratios["seconds"], ratios["job_commit"]
             lines.append(_line(e2e["paired"] <= 1.0, f"end to end, mpcommit ÷ Spark + S3A magic committer <= 1.0x ({where}): "
-                                                     f"{_x(e2e)}" + _miss(e2e["paired"], 1.0, "slower")))
+                                                     f"{_x(e2e)}" + _miss(e2e["paired"], 1.0, "slower") + _straddle(e2e, 1.0)))
             lines.append(_line(jc["paired"] <= 0.5, f"job commit, mpcommit ÷ S3A magic committer <= 0.5x ({where}): "
                                                     f"{_x(jc)} ({human_seconds(mp['job_commit'])} vs "
-                                                    f"{human_seconds(mg['job_commit'])})" + _miss(jc["paired"], 0.5, "over")))
+                                                    f"{human_seconds(mg['job_commit'])})" + _miss(jc["paired"], 0.5, "over")
+                                                    + _straddle(jc, 0.5)))
             lines.append(_line(mp["requests_per_file"] <= mg["requests_per_file"],
                                f"requests per output file <= the magic committer's ({where}): "
                                f"**{mp['requests_per_file']:.2f} vs {mg['requests_per_file']:.2f}** "
@@ -64,6 +65,14 @@ def target_lines(results: dict[str, Any]) -> list[str]:
             lines.append(_line(copied == 0, f"zero bytes copied server-side in every run ({where}): "
                                             f"**{human_bytes(copied)}** at most"))
     return lines
+
+
+def _straddle(sp: dict[str, float], target: float) -> str:
+    """A warning when the pairs' ratios fall on both sides of the target: the verdict is then not a firm one."""
+    if sp.get("n", 0) > 1 and sp["lo"] <= target < sp["hi"]:
+        return (f" -- but the pairs fall on both sides of {target:.1f}x ({sp['lo']:.2f}-{sp['hi']:.2f}x): "
+                "not a firm verdict")
+    return ""
 
 
 def _line(ok: bool, text: str) -> str:
@@ -136,6 +145,14 @@ WHY = (
     "completes instead of before them, and complete from more than one process (or report the completes alone, "
     "which is what the magic committer's metric times); a 0.5x on job commit cannot come from the completes "
     "themselves, which both sides must send. "
+    "**With the S3-like network** both targets on time are met in both pairs for end to end (0.27x and 0.45x) "
+    "and the job commit lands at 0.47x with pairs on both sides of 0.5x (0.39x and 0.56x): met, not firmly. "
+    "The end-to-end gap is mostly in the tasks: S3A writes a task's files one after another, each paying its "
+    "round trips (about nine requests per file at 30 ms or more), while an mpcommit task uploads through one "
+    "thread pool shared by all its open files (`upload_threads`) and sends three requests per file (this reading "
+    "is from the two designs and the request counts; the tasks' time was not split further here); the magic committer's job commit (12.06 s median, its task commits 28 s summed) was not broken down "
+    "further in this run. The job's CPU was 21.7 s for mpcommit vs 55.5 s for the magic committer per run "
+    "(medians, the CPU table), the S3 server's 8.3 s vs 24.4 s. "
     "**End to end, what costs mpcommit**: its tasks convert Spark's rows to Arrow and encode Parquet in Python "
     "workers (the *Python workers* CPU column), and it writes **25% more bytes** for the same rows (1.2 GiB vs "
     "948.6 MiB): pyarrow keeps dictionary encoding whenever the dictionary fits its 1 MiB page limit, which every "

@@ -86,6 +86,9 @@ def test_ratios_pair_runs_of_the_same_round_and_the_verdicts_follow_the_targets(
     assert s["rows"]["mpcommit"]["requests_per_file"] == 3.0 and s["rows"]["magic"]["requests_per_file"] == 10.0
     lines = report_peers.target_lines({"peers": data})
     assert [line.split(":")[0] for line in lines] == ["- met", "- met", "- met", "- met"]
+    assert "both sides" not in lines[0]  # pair ratios 0.8, 1.0, 0.9: none over 1.0x
+    assert "both sides of 0.5x (0.25-0.75x)" in lines[1]  # job commits 0.25, 0.75, 0.25: met, but not firmly
+
     data["runs"][1]["proxy"]["totals"]["copied_bytes"] = 5
     data["runs"][1]["seconds"] = 110.0  # ratios 1.1, 1.0, 0.9 -> 1.0: still met
     assert report_peers.target_lines({"peers": data})[0].startswith("- met")
