@@ -145,7 +145,7 @@ WHY = (
     "completes instead of before them, and complete from more than one process (or report the completes alone, "
     "which is what the magic committer's metric times); a 0.5x on job commit cannot come from the completes "
     "themselves, which both sides must send. "
-    "**With the S3-like network** both targets on time are met in both pairs for end to end (0.27x and 0.45x) "
+    "**With the S3-like network** end to end is met in both pairs (0.27x and 0.45x), "
     "and the job commit lands at 0.47x with pairs on both sides of 0.5x (0.39x and 0.56x): met, not firmly. "
     "The end-to-end gap is mostly in the tasks: S3A writes a task's files one after another, each paying its "
     "round trips (about nine requests per file at 30 ms or more), while an mpcommit task uploads through one "
