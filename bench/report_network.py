@@ -9,6 +9,7 @@ from typing import Any
 
 from . import bench_commit, bench_network, bench_writer
 from .common import MiB, S3CostModel, human_bytes, human_seconds, md_table, median, ratio_spread
+from .report_common import COMMIT_NOTE, measured_line as _measured_line, targets
 from .s3_network import S3_LIKE, NetworkProfile
 
 SOURCES = {
@@ -94,12 +95,6 @@ def _meta(results: dict[str, Any]) -> dict[str, Any]:
         if (results.get(key) or {}).get("meta"):
             return results[key]["meta"]
     return next((d.get("meta") for d in results.values() if d.get("meta")), {}) or {}
-
-
-def _measured_line(data: dict[str, Any]) -> str:
-    from .run_all import _measured_line as line
-
-    return line(data)
 
 
 # ---------------------------------------------------------------- headline comparisons side by side
@@ -278,14 +273,10 @@ def threads_sweep(data: dict[str, Any]) -> list[str]:
 
 def s3_targets(results: dict[str, Any]) -> list[str]:
     """The raw targets' lines, evaluated on the runs through the S3-like network."""
-    from .run_all import _targets
-
     shifted = {k[:-3]: v for k, v in results.items() if k.endswith(".s3")}
     if not shifted:
         return []
-    from .run_all import COMMIT_NOTE
-
-    lines = [line.replace(COMMIT_NOTE, S3_COMMIT_NOTE) for line in _targets(shifted)]
+    lines = [line.replace(COMMIT_NOTE, S3_COMMIT_NOTE) for line in targets(shifted)]
     return ["", "With the S3-like network (same checks, same run; the targets were set for the loopback server):", ""] + [
         line for line in lines if "not measured" not in line]
 

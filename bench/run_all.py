@@ -28,13 +28,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import bench_commit, bench_network, bench_writer, report_network
+from . import bench_commit, bench_network, bench_writer, report_network, report_peers
+from .report_common import (
+    ALL_SCENARIOS,
+    measured_line as _measured_line,
+    targets as _targets,
+)
 from .s3_network import S3_LIKE, S3Network
 from .common import (
     REPO_ROOT,
     RESULTS_DIR,
     S3CostModel,
-    describe_ratio,
     human_bytes,
     human_seconds,
     log,
@@ -47,7 +51,6 @@ from .common import (
 
 OUTPUT = REPO_ROOT / "BENCHMARKS.md"
 PLOT = RESULTS_DIR / "commit_scaling.png"
-ALL_SCENARIOS = ("network", "commit", "writer", "e2e", "partitions", "compaction")  # the order they run in
 NETWORKS = ("raw", "s3")
 #: Through the S3-like network, protocols whose commit is sequential or copy-bound cost minutes per run: s3fs
 #: completes one file at a time (80 ms each), so it runs once at 1,000 files and not at 10,000.
@@ -134,6 +137,11 @@ def _run_one(name: str, network: str, ep: str, server: Any, net: S3Network | Non
                                 caps=S3_COMMIT_CAPS if network == "s3" else ())
     elif name == "writer":
         data = bench_writer.run(ep, size=args.writer_size, repeats=args.repeats, variants=bench_writer.EQUAL_VARIANTS)
+    elif name == "peers":
+        from . import bench_spark_peers
+
+        data = bench_spark_peers.run(server, net, network, plan=getattr(args, f"peers_plan_{network}"),
+                                     size=args.peers_size)
     else:
         mod = _optional(name)
         if mod is None:
@@ -263,23 +271,6 @@ def plot(commit: dict[str, Any], model: S3CostModel, path: Path = PLOT) -> Path 
 
 
 # ---------------------------------------------------------------- BENCHMARKS.md
-def _target_line(ok: bool | None, text: str) -> str:
-    mark = "met" if ok else ("**missed**" if ok is not None else "not measured")
-    return f"- {mark}: {text}"
-
-
-def _disagree(spread: dict[str, float] | None, target: float, *, at_most: bool) -> str:
-    """A warning when the ratio of the medians lands on the other side of the target than the paired median."""
-    if not spread or spread.get("n", 0) <= 1:
-        return ""
-    ok_paired = spread["paired"] <= target if at_most else spread["paired"] >= target
-    ok_medians = spread["of_medians"] <= target if at_most else spread["of_medians"] >= target
-    if ok_paired == ok_medians:
-        return ""
-    return (f" -- but the ratio of the medians ({spread['of_medians']:.2f}x) lands on the other side of {target}x: "
-            "the margin is within this run's noise, so the verdict is not a firm one")
-
-
 def render(results: dict[str, Any], model: S3CostModel = S3CostModel(), note: str = "") -> str:
     # The run of the first scenario that has one (the network scenario may come from a run of its own).
     first = next((results[k] for k in ALL_SCENARIOS if k != "network" and results.get(k, {}).get("meta")), None)
@@ -338,121 +329,21 @@ def render(results: dict[str, Any], model: S3CostModel = S3CostModel(), note: st
         else:
             out += [f"## {title}", "", "Not measured in this run (the scenario's module is not there yet, or it was not selected).", ""]
         out += report_network.s3_subsection(name, results, model)
+    out += report_peers.section(results, _measured_line)
     return "\n".join(out) + "\n"
 
 
-def _targets(results: dict[str, Any]) -> list[str]:
-    lines: list[str] = []
-    if "commit" in results:
-        s = bench_commit.summarise(results["commit"])
-        t = s["targets"].get("job_commit_vs_bare")
-        if t:
-            how = describe_ratio(t["spread"]) if t.get("spread") else f"{t['ratio']:.2f}x"
-            lines.append(_target_line(t["met"], f"job commit within 1.25x of the bare CompleteMultipartUpload loop at "
-                                                f"{t['files']:,} files: **{how}**" + _disagree(t.get("spread"), 1.25, at_most=True)
-                                                + ("" if t["met"] else COMMIT_NOTE)))
-        b = s["targets"].get("bytes_copied_vs_v1")
-        if b:
-            parts = ", ".join(f"{f['files']:,} files: {human_bytes(f['mpcommit'])} vs {human_bytes(f['v1'])}" for f in b["sizes"])
-            lines.append(_target_line(b["met"], f"at least 10x fewer bytes copied server-side than Hadoop v1 at every size ({parts})"))
-    if "writer" in results:
-        s = bench_writer.summarise(results["writer"])
-        t = s["targets"].get("throughput_vs_s3transfer")
-        if t:
-            how = describe_ratio(t["spread"], "throughputs") if t.get("spread") else f"{t['ratio']:.2f}x"
-            if not t["met"] and s.get("diagnostic_spread"):
-                how += (f"; the same writer with 10 parts in flight: "
-                        f"{describe_ratio(s['diagnostic_spread'], 'throughputs')}")
-            lines.append(_target_line(t["met"], f"writer throughput at least 0.9x of s3transfer's: **{how}**"
-                                                + _disagree(t.get("spread"), 0.9, at_most=False)
-                                                + ("" if t["met"] else WRITER_THROUGHPUT_NOTE)))
-        m = s["targets"].get("writer_memory_within_bound")
-        if m:
-            traced = f"Python heap peak **{human_bytes(m['traced_peak'])}** (tracemalloc), " if m.get("traced_peak") else ""
-            over = ""
-            if m.get("traced_peak") and m["traced_peak"] > m["bound"]:
-                over = f"{human_bytes(m['traced_peak'] - m['bound'])} over the bound, "
-            lines.append(_target_line(m["met"], f"writer peak memory within its documented bound of {human_bytes(m['bound'])}: "
-                                                f"{traced}{over}worst peak RSS above baseline "
-                                                f"{human_bytes(m['peak_max'])}" + ("" if m["met"] else WRITER_MEMORY_NOTE)))
-    if "e2e" in results:
-        from . import bench_end_to_end
-
-        t = bench_end_to_end.summarise(results["e2e"])["targets"].get("e2e_vs_floor")
-        if t:
-            lines.append(_target_line(t["met"], t["text"] + _disagree(t.get("spread"), 1.2, at_most=True)))
-    else:
-        lines.append(_target_line(None, "end to end within 1.2x of the unsafe floor (scenario 4 not run)"))
-    c = results.get("compaction")
-    if c and "exit_status" in c:
-        lines.append(_target_line(c["exit_status"] == 0, "compaction's own checks (every merge row-exact; under 1% of "
-                                                         "the data of sources >= 5 MiB through the client): see section 5"))
-    return lines
-
-
-COMMIT_NOTE = (
-    ". Where the time goes: with the network out of the way, the client's CPU is the difference -- mpcommit's job "
-    "commit spends about 25% more client CPU per file than the bare loop (see the CPU columns below: S3Store's "
-    "funnel and tenacity around each call, validation, the bounded submission loop), and here the client and "
-    "LocalStack share two cores. Projected onto S3, where the commit waits on the network, the two are within 1%.")
-
-WRITER_THROUGHPUT_NOTE = (
-    ". Why: the writer keeps at most `max_parts_in_flight` = 2 parts uploading (that is its memory bound), "
-    "s3transfer up to 10; the diagnostic run of the same writer with 10 parts in flight, when present, shows how "
-    "much of the gap that explains.")
-
-WRITER_MEMORY_NOTE = (
-    ". The documented bound counts the writer's part buffers only (one filling, `max_parts_in_flight` uploading); "
-    "the measured peaks are the whole uploading process's, which also holds boto3's and the HTTP stack's "
-    "allocations while parts are in flight. (Before commit e110292 the writer copied its buffer before waiting "
-    "for a free slot, one whole part over the bound: 34.2 MiB of heap in this harness's first full run.)")
+def splice_peers(text: str, results: dict[str, Any]) -> str:
+    """``text`` (an existing BENCHMARKS.md) with only the real peers' section rendered anew (between its markers,
+    or appended at the end); the rest, which other runs measured and other hands edit, stays as it is."""
+    return report_peers.splice(text, report_peers.section(results, _measured_line), report_peers.START,
+                               report_peers.END)
 
 
 def _commit_section(data: dict[str, Any], model: S3CostModel) -> list[str]:
     out = ["## 1. Job commit vs number of files", "", _measured_line(data), ""]
     out.append(bench_commit.markdown(data, model, plot=os.path.relpath(PLOT, REPO_ROOT)))
     return out
-
-
-def _measured_line(data: dict[str, Any]) -> str:
-    meta = data.get("meta") or {}
-    start = _scenario_start(data)
-    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(start)) if start else (meta.get("machine") or {}).get("date", "?")
-    cmd = "python -m bench.run_all " + " ".join(meta.get("argv") or [])
-    code = _code_at(data)
-    return (f"_Measured {when}, {human_seconds(data.get('wall_seconds', float('nan')))} of wall time, by `{cmd.strip()}`"
-            + (f", against mpcommit at commit {code}" if code else "") + "._")
-
-
-def _scenario_start(data: dict[str, Any]) -> float | None:
-    if data.get("started_at"):
-        return float(data["started_at"])
-    # Older results: the run's start plus the scenarios that ran before this one.
-    meta = data.get("meta") or {}
-    run_start = meta.get("started")
-    if not run_start:
-        return None
-    start = float(run_start)
-    for name in ALL_SCENARIOS:
-        if name == data.get("scenario"):
-            return start
-        prev = RESULTS_DIR / f"{name}.json"
-        if prev.exists():
-            other = json.loads(prev.read_text())
-            if (other.get("meta") or {}).get("started") == run_start:
-                start += other.get("wall_seconds", 0)
-    return start
-
-
-def _code_at(data: dict[str, Any]) -> str:
-    """The commit that was checked out when a scenario started (the code can change under a long run: the
-    scenarios that start fresh processes -- writer, partitions, Spark workers, compaction -- pick it up)."""
-    start = _scenario_start(data)
-    if start is None:
-        return ""
-    r = subprocess.run(["git", "rev-list", "-1", f"--before={int(start)}", "HEAD"], cwd=REPO_ROOT,
-                       capture_output=True, text=True)
-    return r.stdout.strip()[:7]
 
 
 def _writer_section(data: dict[str, Any]) -> list[str]:
@@ -522,6 +413,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--partitions-big", type=int, default=1000,
                    help="from this many partitions on, scenario 3 runs --big-repeats times (default 1000); 0 disables")
     p.add_argument("--e2e-size", default=None, help="approximate data size of scenario 4 (default 1GiB)")
+    p.add_argument("--peers-plan-raw", default=None,
+                   help="scenario peers, raw: runs per size and variant (default: bench_spark_peers.DEFAULT_PLAN)")
+    p.add_argument("--peers-plan-s3", default=None, help="scenario peers, through the S3-like network: the same")
+    p.add_argument("--peers-size", default="1GiB", help="row data of scenario peers (default 1GiB)")
     p.add_argument("--networks", default=",".join(NETWORKS),
                    help="raw (straight to the server), s3 (through the S3-like network), or both (default raw,s3)")
     p.add_argument("--threads-sweep", default="8,32,64",
@@ -530,6 +425,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads-sweep-files", type=int, default=1000)
     p.add_argument("--threads-sweep-repeats", type=int, default=3)
     p.add_argument("--render-only", action="store_true", help="no run: rewrite BENCHMARKS.md and the plot from bench/results")
+    p.add_argument("--splice-peers", action="store_true",
+                   help="rewrite only the real peers' parts of the existing report (its own section, between its markers), "
+                        "from bench/results/peers*.json; the rest of the file stays as it is")
     p.add_argument("--output", default=str(OUTPUT), help="where to write the report (default BENCHMARKS.md)")
     p.add_argument("--note", default="", help="a sentence about the run, printed under 'Machine and run'")
     a = p.parse_args(argv)
@@ -552,6 +450,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a.writer_size = parse_size(a.writer_size)
     a.partition_data = parse_size(a.partition_data)
     a.e2e_size = parse_size(a.e2e_size)
+    a.peers_size = parse_size(a.peers_size)
     return a
 
 
@@ -570,7 +469,11 @@ def main(argv: list[str] | None = None) -> int:
         path = plot(results["commit"], model)
         if path:
             log(f"plot: {path}")
-    Path(args.output).write_text(render(results, model, args.note))
+    out = Path(args.output)
+    if args.splice_peers and out.exists():
+        out.write_text(splice_peers(out.read_text(), results))
+    else:
+        out.write_text(render(results, model, args.note))
     log(f"wrote {args.output} in {human_seconds(time.perf_counter() - t0)}")
     return 0
 
