@@ -56,7 +56,6 @@ if str(REPO_ROOT) not in sys.path:
 
 from bench.common import (  # noqa: E402
     GiB,
-    MiB,
     empty_prefix,
     ensure_bucket,
     human_bytes,

@@ -44,7 +44,7 @@ from ..store.s3 import DELETE_BATCH, CompletedPart, S3Store, UploadInfo
 from . import faults
 from .layout import Destination, JobPaths, is_hidden_key, job_id_of_hidden_key, job_id_of_key
 from .records.job import CommitJournal, DeleteEntry, JobDescriptor, MergedFile
-from .records.manifest import PendingUpload, StagedFile, TaskManifest, TaskResult, merge_rows
+from .records.manifest import PendingUpload, StagedFile, TaskManifest, TaskResult
 from .records.success import PartitionStats, SuccessData
 
 log = logging.getLogger(__name__)
@@ -319,7 +319,7 @@ class JobCommitter:
         t = time.monotonic()
         timings["total"] = time.monotonic() - t0
         filenames.sort()
-        del winners
+        winners.clear()  # not needed past the leftovers' abort: freed before _SUCCESS is built
         mode = CommitMode.of(journal.mode, journal.partition_overwrite)
         success = SuccessData(
             job_id=self.job_id, mode=mode.value, filenames=tuple(filenames), bytes=total_bytes, rows=rows_total,
