@@ -34,6 +34,10 @@ from .records.manifest import Part, PendingUpload
 
 log = logging.getLogger(__name__)
 
+#: What a file closing in the background counts against its task's ``closing_bytes`` at the least: with the
+#: default 32 MiB, at most 128 files close at once however small they are.
+CLOSING_FILE_MIN_BYTES = 256 * 1024
+
 
 class ByteBudget:
     """A counting semaphore of bytes: what writers closing in the background may still hold, all together.
@@ -198,7 +202,7 @@ class MultipartWriter(io.BufferedIOBase):
         return part_size_for(self._part_number + 1, initial=self._settings.initial_part_size, step=self._settings.parts_per_size_step)
 
     # ------------------------------------------------------------ parts
-    def _send_buffer(self) -> None:
+    def _send_buffer(self, *, last: bool = False) -> None:
         self._raise_failed_part()
         if self._part_number >= MAX_PARTS:
             raise UsageError(f"s3://{self.bucket}/{self.key} would need more than {MAX_PARTS} parts")
@@ -214,7 +218,7 @@ class MultipartWriter(io.BufferedIOBase):
             if len(body) > self._fill:
                 del body[self._fill:]  # the last part of a reused buffer: shrunk in place, never copied
             self._size += self._fill
-            self._buffer = self._take_buffer(self._current_part_size())
+            self._buffer = bytearray() if last else self._take_buffer(self._current_part_size())
             self._fill = 0
             future = self._executor.submit(self._upload_part, number, body)
         except BaseException:
@@ -284,7 +288,7 @@ class MultipartWriter(io.BufferedIOBase):
         try:
             # The last part may be smaller than 5 MiB; a zero-byte file is one empty part.
             if self._fill or self._part_number == 0:
-                self._send_buffer()
+                self._send_buffer(last=True)
             parts = [f.result() for f in self._futures]
         except BaseException:
             self.abort()
@@ -299,7 +303,9 @@ class MultipartWriter(io.BufferedIOBase):
         )
         with self._lock:
             self._pending = pending
-            self._free = []
+            # Drop every buffer now: the parts' futures (and their callbacks, which name the buffers) go too.
+            self._free, self._futures, self._part_sizes = [], [], []
+            self._buffer, self._create_future = bytearray(), None
         if not self._done.done():
             self._done.set_result(pending)
         self._shutdown_executor()
@@ -316,11 +322,13 @@ class MultipartWriter(io.BufferedIOBase):
             with self._lock:
                 self._free = []
             # What this writer holds while it closes: its last part and the parts still uploading.
+            # Each closing file counts at least CLOSING_FILE_MIN_BYTES, so that tiny files cannot pile up
+            # without bound either (each is an upload, a request and a thread's work item).
             held = self._fill + sum(n for f, n in zip(self._futures, self._part_sizes) if not f.done())
-            if self._budget is not None and held:
-                self._budget_held = self._budget.acquire(held)
+            if self._budget is not None:
+                self._budget_held = self._budget.acquire(max(held, CLOSING_FILE_MIN_BYTES))
             if self._fill or self._part_number == 0:
-                self._send_buffer()  # the last part may be smaller than 5 MiB; a zero-byte file is one empty part
+                self._send_buffer(last=True)  # the last part may be below 5 MiB; a zero-byte file is one empty part
         except BaseException as exc:
             self._release_budget()
             self.abort()
@@ -359,6 +367,9 @@ class MultipartWriter(io.BufferedIOBase):
         except BaseException as exc:  # noqa: BLE001 - reported through the future and on_failure
             failure = exc
         finally:
+            # The futures and their callbacks form a cycle that names every part's buffer: break it now rather
+            # than at the garbage collector's next pass, so that a closed file's memory goes at once.
+            futures.clear()
             self._release_budget()
         if not self._done.done():
             self._done.set_exception(failure)

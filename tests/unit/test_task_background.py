@@ -162,3 +162,23 @@ def test_writer_aborted_before_its_upload_exists_creates_none():
         second.abort()
         first.abort()
     assert len(store.created) <= 1 and set(store.created) == store.aborted
+
+
+@pytest.mark.parametrize("background", [True, False])
+def test_closed_files_keep_no_buffers(background):
+    """Memory of a task writing many small files stays flat: a closed file keeps no part buffer (a spare
+    buffer taken for a next part that never comes, or kept alive by its futures, would hold a whole part each)."""
+    import tracemalloc
+
+    store = SlowStore(delay=0.002)
+    closing = 4 * MiB
+    with spec(initial_part_size=8 * MiB, closing_bytes=closing).task(0, store=store) as task:
+        tracemalloc.start()
+        try:
+            write_files(task, 30, MiB, background=background)
+            task.commit()
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    # The file filling (1 MiB) and the closing files' bytes; 30 files x 8 MiB if buffers were kept.
+    assert peak <= closing + 3 * MiB, f"peak {peak / MiB:.1f} MiB"
