@@ -182,3 +182,26 @@ def test_closed_files_keep_no_buffers(background):
             tracemalloc.stop()
     # The file filling (1 MiB) and the closing files' bytes; 30 files x 8 MiB if buffers were kept.
     assert peak <= closing + 3 * MiB, f"peak {peak / MiB:.1f} MiB"
+
+
+def test_sorted_partition_path_overlaps_files_and_keeps_every_row():
+    """The spilled, sorted path of PartitionedWriter (one open file, the rest set aside) through background
+    files: requests of successive files overlap, and the manifest names every partition's file with its rows."""
+    import pyarrow as pa
+
+    from mpcommit.formats import make_format
+    from mpcommit.formats.partitioning import PartitionedWriter
+
+    store = SlowStore(delay=0.02)
+    fmt = make_format("csv")
+    with spec().task(0, store=store) as task:
+        out = PartitionedWriter(fmt=fmt, partition_columns=("p",), max_open_writers=1,
+                                open_sink=lambda path, ext: task.create(path, ext, background=True))
+        for start in range(0, 2000, 500):
+            out.write(pa.record_batch({"p": pa.array([i % 25 for i in range(start, start + 500)]),
+                                       "v": pa.array(range(start, start + 500))}))
+        stats = out.close()
+        result = task.commit()
+    assert stats.spilled_partitions == 24 and result.files == 25 and result.rows == 2000
+    assert sorted(u.rows for u in result.manifest.uploads) == [80] * 25
+    assert store.max_inflight >= 3, store.max_inflight
