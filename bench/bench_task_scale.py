@@ -191,6 +191,7 @@ def run(endpoint: str, *, partitions: int = 1000, rows: int = ROWS_PER_PARTITION
         r = measure(endpoint, variant, partitions, rows, repeat)
         empty_prefix(cleaner, BUCKET, r["prefix"] + "/")
         runs.append(r)
+        save_json(f"task_scale_{network}_partial", {"variants": list(variants), "runs": runs, "traced": traced})
         log(f"task-scale {network}: {variant:<8} r{repeat}: {r['seconds']:.2f} s (+ commit {r['commit_s']:.2f} s), "
             f"{r['files']} files, {human_bytes(r['bytes'])}, RSS +{human_bytes(r['peak_rss'])}, load {r['load']:.1f}")
     return {"scenario": "task_scale", "network": network, "partitions": partitions, "rows_per_partition": rows,

@@ -306,11 +306,12 @@ class MultipartWriter(io.BufferedIOBase):
             # Drop every buffer now: the parts' futures (and their callbacks, which name the buffers) go too.
             self._free, self._futures, self._part_sizes = [], [], []
             self._buffer, self._create_future = bytearray(), None
-        if not self._done.done():
-            self._done.set_result(pending)
         self._shutdown_executor()
         if self._on_finish:
             self._on_finish(pending)
+        # Only now: whoever waits on ``done`` (a task's commit) finds the upload recorded by on_finish.
+        if not self._done.done():
+            self._done.set_result(pending)
         return pending
 
     def _close_in_background(self) -> None:

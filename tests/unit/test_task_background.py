@@ -205,3 +205,22 @@ def test_sorted_partition_path_overlaps_files_and_keeps_every_row():
     assert stats.spilled_partitions == 24 and result.files == 25 and result.rows == 2000
     assert sorted(u.rows for u in result.manifest.uploads) == [80] * 25
     assert store.max_inflight >= 3, store.max_inflight
+
+
+def test_commit_sees_every_background_file_even_when_recording_it_is_slow(monkeypatch):
+    """A file counts as done for the commit only once the task has recorded it (a commit woken by the file's
+    completion before the task's record would call it still open, or leave it out of the manifest)."""
+    from mpcommit.protocol.task import TaskAttempt
+
+    record = TaskAttempt._finished
+
+    def slow_record(self, pending):
+        time.sleep(0.05)
+        record(self, pending)
+
+    monkeypatch.setattr(TaskAttempt, "_finished", slow_record)
+    store = SlowStore(delay=0.01)
+    with spec().task(0, store=store) as task:
+        write_files(task, 5, 1000, background=True)
+        result = task.commit()
+    assert result.files == 5 and len(result.manifest.uploads) == 5
