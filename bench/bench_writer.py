@@ -46,7 +46,11 @@ BUCKET = "bench-writer"
 VARIANTS = ("mpcommit", "s3transfer", "mpcommit10")
 #: With ``s3transfer2`` too: every comparison at equal memory and equal connections (issue 12).
 EQUAL_VARIANTS = ("mpcommit", "s3transfer2", "mpcommit10", "s3transfer")
+#: Issue 12 item 4: equal memory and equal connections at two depths, to choose the writer's defaults.
+DEPTH_VARIANTS = ("mpcommit", "s3transfer2", "mpcommit4", "s3transfer4")
 LABELS = {"mpcommit": "mpcommit MultipartWriter", "s3transfer": "boto3 upload_fileobj (s3transfer)",
+          "mpcommit4": "mpcommit, 4 parts in flight, 4 threads",
+          "s3transfer4": "boto3 upload_fileobj, 4 threads, 5 chunks buffered (mpcommit4's memory and connections)",
           "mpcommit10": "mpcommit, 10 parts in flight (diagnostic)",
           "s3transfer2": "boto3 upload_fileobj, 2 threads, 3 chunks buffered (mpcommit's memory and connections)"}
 #: s3transfer at mpcommit's defaults: 2 uploads at a time, and at most 3 parts of a non-seekable stream in memory
@@ -55,6 +59,9 @@ EQUAL_TRANSFER = {"max_concurrency": 2, "max_in_memory_upload_chunks": 3}
 #: The diagnostic variant: the same writer with s3transfer's concurrency (10 parts, 10 threads), to tell how
 #: much of a throughput gap is the writer's smaller number of parts in flight.
 DIAGNOSTIC_SETTINGS = {"max_parts_in_flight": 10, "upload_threads": 10}
+#: Settings of the writer variants other than the defaults, and s3transfer's at the same memory and connections.
+WRITER_SETTINGS = {"mpcommit10": DIAGNOSTIC_SETTINGS, "mpcommit4": {"max_parts_in_flight": 4, "upload_threads": 4}}
+TRANSFER_SETTINGS = {"s3transfer2": EQUAL_TRANSFER, "s3transfer4": {"max_concurrency": 4, "max_in_memory_upload_chunks": 5}}
 CHUNK = 1 * MiB
 
 
@@ -120,12 +127,12 @@ def child(variant: str, endpoint: str, key: str, size: int, *, trace: bool = Fal
         import tracemalloc
     block = os.urandom(CHUNK)
     result: dict[str, Any] = {"variant": variant, "bytes": size}
-    if variant in ("mpcommit", "mpcommit10"):
+    if variant.startswith("mpcommit"):
         from mpcommit import WriterSettings
         from mpcommit.protocol.writer import MultipartWriter
         from mpcommit.store.s3 import CompletedPart, S3Store
 
-        settings = WriterSettings(**(DIAGNOSTIC_SETTINGS if variant == "mpcommit10" else {}))
+        settings = WriterSettings(**WRITER_SETTINGS.get(variant, {}))
         store = S3Store(s3_options(endpoint))
         store.head_bucket(BUCKET)  # warm the connection pool
         result["bound"] = settings.initial_part_size * (settings.max_parts_in_flight + 1)
@@ -150,7 +157,7 @@ def child(variant: str, endpoint: str, key: str, size: int, *, trace: bool = Fal
                                             [CompletedPart(p.number, p.etag, p.crc32) for p in pending.parts])
             t2 = time.perf_counter()
         result.update(seconds=t2 - t0, writer_seconds=t1 - t0, parts=len(pending.parts))
-    elif variant in ("s3transfer", "s3transfer2"):
+    elif variant.startswith("s3transfer"):
         import boto3
         from boto3.s3.transfer import TransferConfig
         from botocore.config import Config
@@ -159,9 +166,9 @@ def child(variant: str, endpoint: str, key: str, size: int, *, trace: bool = Fal
         client = session.client("s3", endpoint_url=endpoint, config=Config(s3={"addressing_style": "path"}))
         client.head_bucket(Bucket=BUCKET)
         config = TransferConfig()
-        if variant == "s3transfer2":  # boto3's TransferConfig takes only some of s3transfer's settings as arguments
-            for k, v in EQUAL_TRANSFER.items():
-                setattr(config, k, v)
+        # boto3's TransferConfig takes only some of s3transfer's settings as arguments
+        for k, v in TRANSFER_SETTINGS.get(variant, {}).items():
+            setattr(config, k, v)
         result["bound"] = config.multipart_chunksize * config.max_in_memory_upload_chunks
         base = _rss()
         max_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -201,7 +208,7 @@ def measure(endpoint: str, variant: str, size: int, repeat: int, *, trace: bool 
 
 
 def run(endpoint: str, *, size: int = 1 * GiB, repeats: int = 5, variants: tuple[str, ...] = VARIANTS,
-        trace_size: int = 256 * MiB) -> dict[str, Any]:
+        trace_size: int = 256 * MiB, schedule: Any = interleaved) -> dict[str, Any]:
     cleaner = make_client(endpoint)
     ensure_bucket(cleaner, BUCKET)
     runs = []
@@ -213,7 +220,7 @@ def run(endpoint: str, *, size: int = 1 * GiB, repeats: int = 5, variants: tuple
             empty_prefix(cleaner, BUCKET, "w/")
             traced.append(t)
             log(f"writer: {v:<10} traced: Python heap peak {human_bytes(t['traced_peak'])}, RSS peak +{human_bytes(t['peak'])}")
-    for repeat, variant in interleaved(variants, repeats):
+    for repeat, variant in schedule(variants, repeats):
         r = measure(endpoint, variant, size, repeat)
         empty_prefix(cleaner, BUCKET, "w/")
         runs.append(r)
@@ -288,15 +295,58 @@ def markdown(data: dict[str, Any]) -> str:
     return text
 
 
+def depth_summary(data: dict[str, Any]) -> str:
+    """Each depth's equal-memory, equal-connections pair, and depth 4 against depth 2 for each side."""
+    size = data["size"]
+    by = {v: sorted((r for r in data["runs"] if r["variant"] == v), key=lambda r: r["repeat"]) for v in data["variants"]}
+    tp = {v: [size / r["seconds"] for r in rs] for v, rs in by.items()}
+    out = []
+    for a, b, what in (("mpcommit", "s3transfer2", "2 parts in flight: mpcommit ÷ s3transfer"),
+                       ("mpcommit4", "s3transfer4", "4 parts in flight: mpcommit ÷ s3transfer"),
+                       ("mpcommit4", "mpcommit", "mpcommit, 4 ÷ 2 parts in flight"),
+                       ("s3transfer4", "s3transfer2", "s3transfer, 4 ÷ 2 threads")):
+        if tp.get(a) and tp.get(b):
+            out.append(f"- throughput {what}: **{describe_ratio(ratio_spread(tp[a], tp[b]), 'throughputs')}**")
+    return "\n".join(out)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--child", required=True, choices=tuple(LABELS))
-    p.add_argument("--endpoint", required=True)
-    p.add_argument("--key", required=True)
-    p.add_argument("--size", type=int, required=True)
+    p.add_argument("--child", choices=tuple(LABELS))
+    p.add_argument("--endpoint")
+    p.add_argument("--key")
+    p.add_argument("--size", type=int)
     p.add_argument("--trace", action="store_true")
+    p.add_argument("--network", choices=("raw", "s3"), default="s3", help="standalone run: the network")
+    p.add_argument("--repeats", type=int, default=10)
+    p.add_argument("--variants", default=",".join(DEPTH_VARIANTS))
+    p.add_argument("--backend", default="moto")
+    p.add_argument("--name", default="writer_depth")
     a = p.parse_args()
-    print(json.dumps(child(a.child, a.endpoint, a.key, a.size, trace=a.trace)))
+    if a.child:
+        print(json.dumps(child(a.child, a.endpoint, a.key, a.size, trace=a.trace)))
+        return
+    # Standalone (issue 12 item 4): ABBA over the variants, on its own server, raw or through the S3-like network.
+    from .common import abba, machine_description, save_json, start_server
+
+    size = a.size or 512 * MiB
+    variants = tuple(a.variants.split(","))
+    with start_server(a.backend) as server:
+        meta = {"machine": machine_description(server), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                "command": " ".join(sys.argv)}
+        if a.network == "s3":
+            from .s3_network import S3_LIKE, S3Network
+
+            with S3Network(server.endpoint_url, S3_LIKE) as net:
+                data = run(net.endpoint_url, size=size, repeats=a.repeats, variants=variants, trace_size=64 * MiB,
+                           schedule=abba)
+        else:
+            data = run(server.endpoint_url, size=size, repeats=a.repeats, variants=variants, trace_size=64 * MiB,
+                       schedule=abba)
+    data["meta"], data["network"] = meta, a.network
+    save_json(f"{a.name}.{a.network}", data)
+    print(markdown(data))
+    print(depth_summary(data))
 
 
 if __name__ == "__main__":

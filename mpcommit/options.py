@@ -74,6 +74,9 @@ class WriterSettings:
     parts_per_size_step: int = 1000
     max_parts_in_flight: int = 2
     upload_threads: int = 4
+    #: What files closing in the background (a task's sorted partition path) may still hold, all of one task's
+    #: together: their last parts and parts still uploading. ``close`` waits for room beyond it.
+    closing_bytes: int = 32 * MiB
 
     def __post_init__(self) -> None:
         if self.initial_part_size < MIN_PART_SIZE:
@@ -82,5 +85,7 @@ class WriterSettings:
             raise UsageError("initial_part_size must be at most 5 GiB (S3's maximum part size)")
         if not 1 <= self.parts_per_size_step <= 10_000:
             raise UsageError("parts_per_size_step must be between 1 and 10,000")
+        if self.closing_bytes < 1:
+            raise UsageError("closing_bytes must be at least 1")
         if self.max_parts_in_flight < 1 or self.upload_threads < 1:
             raise UsageError("max_parts_in_flight and upload_threads must be at least 1")

@@ -9,17 +9,26 @@ with an index of which batches belong to which partition, so the sort is a bucke
 never compares rows (row order inside a partition is kept, as a stable sort would). Rows for partitions that
 already have an open file keep going into it, so no partition gets a second file without need.
 
+The sorted write fills one file after another, but no round trip of a file waits on the next: the Spark
+writer opens its files with ``TaskAttempt.create(background=True)``, so a file's upload is created while its
+first part fills and its last part uploads while the next file is written (before, each of the 1,000 files of a
+task cost two serial round trips, ~60 s on S3; BENCHMARKS.md, "Task side at scale").
+
 Memory bound of one task (the reason for all of the above)::
 
-    peak ~= max_open_writers x (format buffer + multipart part buffers) + one batch being split
+    peak ~= max_open_writers x (format buffer + multipart part buffers) + closing_bytes + one batch being split
 
 * format buffer: Parquet collects up to ``row_group_bytes`` (16 MiB by default) of Arrow data per open
   file; CSV, JSON and text stream through (a few KiB of compressor state);
 * multipart part buffers: one part filling plus ``max_parts_in_flight`` uploading, each at most the part
   size (8 MiB at first): ``part_size x (1 + max_parts_in_flight)`` = 24 MiB with the default settings.
 
+* closing_bytes (``WriterSettings``, 32 MiB): what files closing in the background still hold (last parts and
+  parts uploading), all of the task's together; a file's ``close`` waits for room beyond it.
+
 Both buffers only grow as data arrives, so a small partition costs what it holds. With the defaults
-(8 writers, Parquet) the worst case is about 8 x (16 + 24) MiB = 320 MiB, whatever the number of partitions.
+(8 writers, Parquet) the worst case is about 8 x (16 + 24) + 32 MiB = 352 MiB, whatever the number of
+partitions (360 MiB with the spill's buffer below; ``bench/bench_task_scale.py`` asserts it).
 The spill adds a constant: rows set aside are gathered in an 8 MiB buffer before they go to a local file,
 and are read back one batch at a time (not memory-mapped: mapped pages that were read would count in the
 worker's resident set until the whole spill is done).

@@ -816,7 +816,7 @@ def _worker_init(options: S3Options, bucket: str, prefix: str, job_id: str, thre
                ThreadPoolExecutor(threads, thread_name_prefix="mpcommit-worker"))
 
 
-class _WorkerFailure(Exception):
+class _WorkerFailure(MpcommitError):
     """A failure in a commit worker process, carried back as (kind, message): mpcommit's errors take keyword
     arguments that pickling does not carry."""
 

@@ -21,7 +21,7 @@ from ..store.s3 import S3Store, store_for
 from . import faults
 from .layout import Destination, JobPaths, data_file_name, normalize_partition
 from .records.manifest import INLINE_MAX_PARTS, PendingUpload, StagedFile, TaskManifest, TaskResult, merge_rows
-from .writer import MultipartWriter
+from .writer import ByteBudget, MultipartWriter
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +69,9 @@ class TaskAttempt:
         self._file_number = 0
         self._result: TaskResult | None = None
         self._aborted = False
+        #: What writers closing in the background hold, all together (WriterSettings.closing_bytes).
+        self.closing_budget = ByteBudget(spec.writer.closing_bytes)
+        self._failure: BaseException | None = None
 
     @property
     def store(self) -> S3Store:
@@ -85,18 +88,27 @@ class TaskAttempt:
         name = data_file_name(task_id=self.task_id, job_id=self.spec.job_id, file_number=number, ext=ext)
         return f"{self.spec.destination.root}{partition + '/' if partition else ''}{name}"
 
-    def create(self, partition: Any = None, ext: str = "bin", *, content_type: str | None = None) -> MultipartWriter:
-        """Open a streaming writer for a new file in ``partition`` (a ``col=value/...`` path, a mapping or pairs)."""
+    def create(self, partition: Any = None, ext: str = "bin", *, content_type: str | None = None,
+               background: bool = False) -> MultipartWriter:
+        """Open a streaming writer for a new file in ``partition`` (a ``col=value/...`` path, a mapping or pairs).
+
+        With ``background=True`` no round trip waits on the caller: the upload is created by the upload pool
+        while the first part fills, and ``close()`` returns once the last part is on its way (at most
+        ``WriterSettings.closing_bytes`` held by such closing files, all together); :meth:`commit` waits for
+        them. A file that fails in the background fails the next ``create`` and the commit. Either way the
+        writer is registered for this attempt's abort before its upload exists.
+        """
         self._check_writable()
         part_path = normalize_partition(partition)
         key = self.next_key(part_path, ext)
         writer = MultipartWriter(
             self._store, bucket=self.spec.destination.bucket, key=key, settings=self.spec.writer,
             executor=self._pool(), partition=part_path, on_finish=self._finished, on_abort=self._dropped,
-            content_type=content_type,
+            content_type=content_type, background=background, budget=self.closing_budget,
+            on_failure=self._failed,
+            # Registered before the upload exists (a background writer creates it later, on the pool).
+            on_open=self._register,
         )
-        with self._lock:
-            self._open.append(writer)
         return writer
 
     def stage(self, partition: Any, ext: str, data: bytes, *, rows: int | None = None) -> StagedFile:
@@ -123,11 +135,33 @@ class TaskAttempt:
             self._uploads.append(pending)
             self._open = [w for w in self._open if w.pending is None]
 
+    def _register(self, writer: MultipartWriter) -> None:
+        with self._lock:
+            self._open.append(writer)
+
+    def _failed(self, writer: MultipartWriter, exc: BaseException) -> None:
+        with self._lock:
+            if self._failure is None:
+                self._failure = exc
+
+    def drain(self) -> None:
+        """Wait until every writer closing in the background is done; raise the first failure of any."""
+        with self._lock:
+            closing = [w for w in self._open if w.closing]
+        for w in closing:
+            w.done.exception()  # waits; a failure is recorded by _failed
+        with self._lock:
+            failure = self._failure
+        if failure is not None:
+            raise failure
+
     def _dropped(self, writer: MultipartWriter) -> None:
         with self._lock:
             self._open = [w for w in self._open if w is not writer]
 
     def _check_writable(self) -> None:
+        if self._failure is not None:
+            raise self._failure
         if self._result is not None:
             raise JobStateError(f"task {self.task_id} attempt {self.attempt} is already committed")
         if self._aborted:
@@ -138,6 +172,7 @@ class TaskAttempt:
         """Record every pending upload in this attempt's manifest and return the small result for the driver."""
         self._check_writable()
         faults.checkpoint("task.before_commit")
+        self.drain()
         with self._lock:
             still_open = [w.key for w in self._open]
         if still_open:

@@ -5,7 +5,15 @@ the driver completes. The abort is registered the moment the upload is created, 
 (an exception in the ``with`` body, a failed part, a failed close) aborts it.
 
 Memory is bounded: one buffer filling plus at most ``max_parts_in_flight`` parts uploading, each at most the
-current part size (see :class:`mpcommit.options.WriterSettings`).
+current part size (see :class:`mpcommit.options.WriterSettings`). Part buffers are handed to the store as they
+are (no copy) and reused once their part is uploaded, so a writer never holds more than
+``max_parts_in_flight + 1`` of them, idle ones included.
+
+A writer opened with ``background=True`` (what a task's sorted partition path uses, see
+:meth:`mpcommit.protocol.task.TaskAttempt.create`) keeps no round trip on its caller's thread: the upload is
+created by the upload pool while the first part fills, and :meth:`close` sends the last part and returns at once;
+the writer finishes (hands its :class:`PendingUpload` to ``on_finish``) when its last part is uploaded. What such
+closing writers still hold is bounded by a :class:`ByteBudget` shared by the task (``close`` waits for room).
 """
 
 from __future__ import annotations
@@ -26,6 +34,46 @@ from .records.manifest import Part, PendingUpload
 
 log = logging.getLogger(__name__)
 
+#: What a file closing in the background counts against its task's ``closing_bytes`` at the least: with the
+#: default 32 MiB, at most 128 files close at once however small they are.
+CLOSING_FILE_MIN_BYTES = 256 * 1024
+
+
+class ByteBudget:
+    """A counting semaphore of bytes: what writers closing in the background may still hold, all together.
+
+    ``acquire(n)`` waits until ``n`` bytes are free (a request larger than the whole budget waits until nothing
+    else is held, then takes the whole budget), and returns what it took, to be handed back to ``release``.
+    """
+
+    def __init__(self, capacity: int):
+        if capacity < 1:
+            raise UsageError(f"a byte budget needs at least one byte, got {capacity}")
+        self.capacity = capacity
+        self._held = 0
+        #: The most bytes held at once (for tests and benchmarks: the bound in force).
+        self.peak = 0
+        self._cond = threading.Condition()
+
+    def acquire(self, n: int) -> int:
+        n = max(1, min(n, self.capacity))
+        with self._cond:
+            while self._held + n > self.capacity:
+                self._cond.wait()
+            self._held += n
+            self.peak = max(self.peak, self._held)
+        return n
+
+    def release(self, n: int) -> None:
+        with self._cond:
+            self._held -= n
+            self._cond.notify_all()
+
+    @property
+    def held(self) -> int:
+        with self._cond:
+            return self._held
+
 
 class MultipartWriter(io.BufferedIOBase):
     """Write bytes to ``s3://bucket/key`` as an uncompleted multipart upload."""
@@ -42,6 +90,10 @@ class MultipartWriter(io.BufferedIOBase):
         on_finish: Callable[[PendingUpload], None] | None = None,
         on_abort: Callable[["MultipartWriter"], None] | None = None,
         content_type: str | None = None,
+        background: bool = False,
+        budget: ByteBudget | None = None,
+        on_failure: Callable[["MultipartWriter", BaseException], None] | None = None,
+        on_open: Callable[["MultipartWriter"], None] | None = None,
     ):
         super().__init__()
         self._store = store
@@ -53,26 +105,59 @@ class MultipartWriter(io.BufferedIOBase):
         self._executor = executor or ThreadPoolExecutor(settings.upload_threads, thread_name_prefix="mpcommit-part")
         self._on_finish = on_finish
         self._on_abort = on_abort
+        self._on_failure = on_failure
+        self._content_type = content_type
+        self._background = background
+        self._budget = budget
+        # The buffer filling: its first ``_fill`` bytes are data. A fresh buffer grows as data arrives (a small
+        # file costs what it holds); a reused one has the part's full length and is written in place.
         self._buffer = bytearray()
+        self._fill = 0
+        #: Buffers of uploaded parts, kept for the next parts (never more than max_parts_in_flight + 1 in all).
+        self._free: list[bytearray] = []
         self._part_number = 0
         self._size = 0
-        self._parts: dict[int, Part] = {}
         self._futures: list[Future[Part]] = []
+        self._part_sizes: list[int] = []
         self._slots = threading.BoundedSemaphore(settings.max_parts_in_flight)
         self._lock = threading.Lock()
+        self._create_lock = threading.Lock()
         self._pending: PendingUpload | None = None
         self._aborted = False
+        self._closing = False
+        self._failure: BaseException | None = None
+        self._done: Future[PendingUpload] = Future()
+        self._budget_held = 0
         #: Rows written, when the caller knows them (Parquet and CSV writers do); goes into the manifest.
         self.rows: int | None = None
-        # From here on the upload exists and is billed until completed or aborted: every path below that
-        # fails must abort it.
-        self.upload_id = store.create_multipart_upload(bucket, key, content_type=content_type)
-        try:
-            faults.checkpoint("writer.created")
-        except BaseException:
-            # The caller never gets this writer, so nobody else could abort its upload.
-            self.abort()
-            raise
+        self.upload_id: str | None = None
+        self._create_future: Future[str] | None = None
+        if on_open:
+            on_open(self)  # whoever aborts the attempt knows this writer before its upload exists
+        if not background:
+            # From here on the upload exists and is billed until completed or aborted: every path below that
+            # fails must abort it.
+            try:
+                self._ensure_created()
+            except BaseException:
+                # The caller never gets this writer, so nobody else could abort its upload.
+                self.abort()
+                raise
+            return
+        # Background: the upload pool creates the upload while the first part fills. Whoever needs it first
+        # (this task or the first part's) creates it under ``_create_lock``; an abort taken before that stops it.
+        self._create_future = self._executor.submit(self._ensure_created)
+
+    # ------------------------------------------------------------ the upload itself
+    def _ensure_created(self) -> str:
+        with self._create_lock:
+            if self.upload_id is not None:
+                return self.upload_id
+            if self._aborted:
+                raise ProtocolError(f"writer for s3://{self.bucket}/{self.key} was aborted")
+            self.upload_id = self._store.create_multipart_upload(self.bucket, self.key, content_type=self._content_type)
+        faults.checkpoint("writer.created")  # a failure here is the creator's to handle: it aborts
+        return self.upload_id
 
     # ------------------------------------------------------------ file object protocol
     def writable(self) -> bool:
@@ -85,23 +170,31 @@ class MultipartWriter(io.BufferedIOBase):
         return False
 
     def tell(self) -> int:
-        return self._size + len(self._buffer)
+        return self._size + self._fill
 
     def flush(self) -> None:
         # Parts have a minimum size; flushing early would break the upload. Data goes out as parts fill.
         pass
 
     def write(self, data: Any) -> int:
-        if self.closed:
+        if self.closed or self._closing:
             raise ValueError(f"write to closed writer for s3://{self.bucket}/{self.key}")
         view = memoryview(data).cast("B")
         written = len(view)
         while len(view):
-            capacity = self._current_part_size() - len(self._buffer)
-            take = min(capacity, len(view))
-            self._buffer += view[:take]
+            size = self._current_part_size()
+            take = min(size - self._fill, len(view))
+            end = self._fill + take
+            if end <= len(self._buffer):
+                # A reused buffer, written in place. Through a memoryview: bytearray's own slice assignment
+                # would first copy the data into a temporary bytearray.
+                with memoryview(self._buffer) as target:
+                    target[self._fill:end] = view[:take]
+            else:
+                self._buffer += view[:take]
+            self._fill = end
             view = view[take:]
-            if len(self._buffer) >= self._current_part_size():
+            if self._fill >= size:
                 self._send_buffer()
         return written
 
@@ -109,31 +202,53 @@ class MultipartWriter(io.BufferedIOBase):
         return part_size_for(self._part_number + 1, initial=self._settings.initial_part_size, step=self._settings.parts_per_size_step)
 
     # ------------------------------------------------------------ parts
-    def _send_buffer(self) -> None:
+    def _send_buffer(self, *, last: bool = False) -> None:
         self._raise_failed_part()
         if self._part_number >= MAX_PARTS:
             raise UsageError(f"s3://{self.bucket}/{self.key} would need more than {MAX_PARTS} parts")
-        if self._size + len(self._buffer) > MAX_OBJECT_SIZE:
+        if self._size + self._fill > MAX_OBJECT_SIZE:
             raise UsageError(f"s3://{self.bucket}/{self.key} would exceed S3's 5 TiB object limit")
-        # Bound memory: wait for a free slot *before* freezing the buffer, so that at most one buffer filling
+        # Bound memory: wait for a free slot *before* taking a new buffer, so that at most one buffer filling
         # and max_parts_in_flight parts uploading exist at any moment (the bound WriterSettings documents).
         self._slots.acquire()
         try:
             self._part_number += 1
             number = self._part_number
-            body = bytes(self._buffer)
-            self._buffer = bytearray()
-            self._size += len(body)
+            body = self._buffer
+            if len(body) > self._fill:
+                del body[self._fill:]  # the last part of a reused buffer: shrunk in place, never copied
+            self._size += self._fill
+            self._buffer = bytearray() if last else self._take_buffer(self._current_part_size())
+            self._fill = 0
             future = self._executor.submit(self._upload_part, number, body)
         except BaseException:
             self._slots.release()
             raise
-        future.add_done_callback(lambda _f: self._slots.release())
+        future.add_done_callback(lambda _f, body=body: self._part_done(body))
         self._futures.append(future)
+        self._part_sizes.append(len(body))
 
-    def _upload_part(self, number: int, body: bytes) -> Part:
+    def _take_buffer(self, size: int) -> bytearray:
+        """The buffer of the next part: an uploaded part's, else a new one of the part's exact size (the file has
+        filled a part already, so its next one is not small; a buffer grown byte by byte would be up to 1/8 larger)."""
+        with self._lock:
+            while self._free:
+                buf = self._free.pop()
+                if len(buf) == size:
+                    return buf
+        return bytearray(size)
+
+    def _part_done(self, body: bytearray) -> None:
+        # Hand the buffer back before the slot: whoever gets the slot finds it free.
+        with self._lock:
+            if not self._aborted and not self._closing and len(body) == self._current_part_size():
+                self._free.append(body)
+        self._slots.release()
+
+    def _upload_part(self, number: int, body: bytearray) -> Part:
+        upload_id = self._ensure_created()
         crc = crc32_b64(body)
-        etag = self._store.upload_part(self.bucket, self.key, self.upload_id, number, body, crc)
+        etag = self._store.upload_part(self.bucket, self.key, upload_id, number, body, crc)
         faults.checkpoint("writer.part_uploaded", number)
         return Part(number=number, etag=etag, size=len(body), crc32=crc)
 
@@ -141,11 +256,20 @@ class MultipartWriter(io.BufferedIOBase):
         for f in self._futures:
             if f.done() and f.exception() is not None:
                 raise f.exception()  # type: ignore[misc]
+        create = self._create_future
+        if create is not None and create.done() and not create.cancelled() and create.exception() is not None:
+            raise create.exception()  # type: ignore[misc]
 
     # ------------------------------------------------------------ finishing
     def close(self) -> None:
-        """Upload what is buffered, wait for every part, and hand back the pending upload. Never completes."""
-        if self.closed:
+        """Upload what is buffered and hand back the pending upload. Never completes.
+
+        A foreground writer waits for every part; a background one returns once its last part is on its way
+        (see :attr:`done`)."""
+        if self.closed or self._closing:
+            return
+        if self._background:
+            self._close_in_background()
             return
         try:
             self.finish()
@@ -153,6 +277,9 @@ class MultipartWriter(io.BufferedIOBase):
             super().close()
 
     def finish(self) -> PendingUpload:
+        if self._background:
+            self._close_in_background()
+            return self._done.result()
         with self._lock:
             if self._pending is not None:
                 return self._pending
@@ -160,40 +287,135 @@ class MultipartWriter(io.BufferedIOBase):
                 raise ProtocolError(f"writer for s3://{self.bucket}/{self.key} was aborted")
         try:
             # The last part may be smaller than 5 MiB; a zero-byte file is one empty part.
-            if self._buffer or self._part_number == 0:
-                self._send_buffer()
+            if self._fill or self._part_number == 0:
+                self._send_buffer(last=True)
             parts = [f.result() for f in self._futures]
         except BaseException:
             self.abort()
             raise
+        return self._finished(parts)
+
+    def _finished(self, parts: list[Part]) -> PendingUpload:
+        assert self.upload_id is not None
         pending = PendingUpload(
             key=self.key, upload_id=self.upload_id, parts=tuple(sorted(parts, key=lambda p: p.number)),
             size=self._size, rows=self.rows, partition=self.partition,
         )
-        self._pending = pending
+        with self._lock:
+            self._pending = pending
+            # Drop every buffer now: the parts' futures (and their callbacks, which name the buffers) go too.
+            self._free, self._futures, self._part_sizes = [], [], []
+            self._buffer, self._create_future = bytearray(), None
         self._shutdown_executor()
         if self._on_finish:
             self._on_finish(pending)
+        # Only now: whoever waits on ``done`` (a task's commit) finds the upload recorded by on_finish.
+        if not self._done.done():
+            self._done.set_result(pending)
         return pending
+
+    def _close_in_background(self) -> None:
+        with self._lock:
+            if self._closing or self._aborted:
+                return
+            self._closing = True
+        try:
+            with self._lock:
+                self._free = []
+            # What this writer holds while it closes: its last part and the parts still uploading.
+            # Each closing file counts at least CLOSING_FILE_MIN_BYTES, so that tiny files cannot pile up
+            # without bound either (each is an upload, a request and a thread's work item).
+            held = self._fill + sum(n for f, n in zip(self._futures, self._part_sizes) if not f.done())
+            if self._budget is not None:
+                self._budget_held = self._budget.acquire(max(held, CLOSING_FILE_MIN_BYTES))
+            if self._fill or self._part_number == 0:
+                self._send_buffer(last=True)  # the last part may be below 5 MiB; a zero-byte file is one empty part
+        except BaseException as exc:
+            self._release_budget()
+            self.abort()
+            if not self._done.done():
+                self._done.set_exception(exc)
+            raise
+        finally:
+            super().close()
+        futures = list(self._futures)
+        remaining = [len(futures)]
+        count_lock = threading.Lock()
+
+        def one_done(_f: Future[Part]) -> None:
+            with count_lock:
+                remaining[0] -= 1
+                last = remaining[0] == 0
+            if last:
+                self._settle(futures)
+
+        for f in futures:
+            f.add_done_callback(one_done)
+
+    def _settle(self, futures: list[Future[Part]]) -> None:
+        """Runs once every part of a background writer is done (on the thread of the last one)."""
+        try:
+            failure = next((f.exception() for f in futures if f.cancelled() or f.exception() is not None), None)
+        except BaseException as exc:  # noqa: BLE001 - a cancelled future: the writer was aborted
+            failure = exc
+        try:
+            if failure is None and not self._aborted:
+                self._finished([f.result() for f in futures])
+                return
+            if failure is None:
+                failure = ProtocolError(f"writer for s3://{self.bucket}/{self.key} was aborted")
+            self.abort()
+        except BaseException as exc:  # noqa: BLE001 - reported through the future and on_failure
+            failure = exc
+        finally:
+            # The futures and their callbacks form a cycle that names every part's buffer: break it now rather
+            # than at the garbage collector's next pass, so that a closed file's memory goes at once.
+            futures.clear()
+            self._release_budget()
+        if not self._done.done():
+            self._done.set_exception(failure)
+        if self._on_failure:
+            self._on_failure(self, failure)
+
+    def _release_budget(self) -> None:
+        held, self._budget_held = self._budget_held, 0
+        if held and self._budget is not None:
+            self._budget.release(held)
+
+    @property
+    def done(self) -> Future[PendingUpload]:
+        """Resolves to the pending upload once every part is uploaded (at once for a foreground writer's close)."""
+        return self._done
+
+    @property
+    def closing(self) -> bool:
+        """True while a background writer's last parts are still uploading."""
+        return self._closing and not self._done.done()
 
     def abort(self) -> None:
         """Stop and abort the upload. Never raises over an error already propagating: failures are logged."""
-        with self._lock:
-            if self._aborted:
-                return
-            self._aborted = True
-        for f in self._futures:
+        with self._create_lock:  # no upload is created after this
+            with self._lock:
+                if self._aborted:
+                    return
+                self._aborted = True
+        create = self._create_future
+        futures = list(self._futures) + ([create] if create is not None else [])
+        for f in futures:
             f.cancel()
-        for f in self._futures:
+        for f in futures:
             try:
                 f.result()
             except BaseException:  # noqa: BLE001 - already failing; the abort below is what matters
                 pass
-        try:
-            self._store.abort_multipart_upload(self.bucket, self.key, self.upload_id)
-        except Exception as exc:  # noqa: BLE001 - logged; the job commit or orphan cleanup aborts it later
-            log.warning("could not abort upload %s of s3://%s/%s: %s", self.upload_id, self.bucket, self.key, exc)
+        if self.upload_id is not None:
+            try:
+                self._store.abort_multipart_upload(self.bucket, self.key, self.upload_id)
+            except Exception as exc:  # noqa: BLE001 - logged; the job commit or orphan cleanup aborts it later
+                log.warning("could not abort upload %s of s3://%s/%s: %s", self.upload_id, self.bucket, self.key, exc)
         self._buffer = bytearray()
+        self._fill = 0
+        self._free = []
         self._shutdown_executor()
         if self._on_abort:
             self._on_abort(self)

@@ -236,7 +236,7 @@ def _write_task(plan: _TaskPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[
                 return StagingSink(task, path, ext, limit=limit, content_type=fmt.content_type)
         else:
             def open_sink(path: str, ext: str) -> Any:
-                return task.create(path, ext, content_type=fmt.content_type)
+                return task.create(path, ext, content_type=fmt.content_type, background=True)
         out = PartitionedWriter(
             fmt=fmt,
             open_sink=open_sink,

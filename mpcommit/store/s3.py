@@ -176,11 +176,12 @@ class S3Store:
         response = self._call("create_multipart_upload", bucket=bucket, key=key, **params)
         return str(response["UploadId"])
 
-    def upload_part(self, bucket: str, key: str, upload_id: str, number: int, body: bytes | memoryview, crc32: str) -> str:
+    def upload_part(self, bucket: str, key: str, upload_id: str, number: int, body: bytes | bytearray | memoryview, crc32: str) -> str:
         """Upload one part with its CRC32; S3 verifies it, and the echoed value is checked here too."""
         response = self._call(
             "upload_part", bucket=bucket, key=key,
-            Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=bytes(body),
+            Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number,
+            Body=body if isinstance(body, (bytes, bytearray)) else bytes(body),  # the writer's buffer, not a copy
             ChecksumAlgorithm="CRC32", ChecksumCRC32=crc32,
         )
         echoed = response.get("ChecksumCRC32")

@@ -156,3 +156,53 @@ def test_memory_stays_within_the_documented_bound():
         tracemalloc.stop()
     # One buffer filling plus two parts uploading; a copy made before waiting for a slot would add a fourth.
     assert peak <= bound + MiB, f"peak {peak / MiB:.1f} MiB above the bound of {bound / MiB:.0f} MiB"
+
+
+class IdentityStore(DiscardingStore):
+    """Remembers which object each part's body was (not its bytes) and its type."""
+
+    def __init__(self):
+        super().__init__()
+        self.bodies = []
+
+    def upload_part(self, bucket, key, upload_id, number, body, crc32):
+        assert crc32 == crc32_b64(body)
+        self.bodies.append((number, type(body), id(body), len(body)))
+        time.sleep(0.01)
+        return f'"etag{number}"'
+
+
+def test_part_buffers_are_handed_over_and_reused_not_copied():
+    settings = WriterSettings(initial_part_size=5 * MiB, parts_per_size_step=1000, max_parts_in_flight=2, upload_threads=4)
+    store = IdentityStore()
+    chunk = b"y" * MiB
+    with writer(store, settings) as w:
+        for _ in range(12 * 5 + 1):  # 12 full parts and a last one of 1 MiB
+            w.write(chunk)
+    assert len(store.bodies) == 13
+    # Each body is the writer's own buffer (a bytearray the store sends as it is), not a bytes() copy of it ...
+    assert {t for _, t, _, _ in store.bodies} == {bytearray}
+    # ... and 13 parts went out of at most max_parts_in_flight + 1 buffers: buffers of uploaded parts are reused.
+    ids = {i for _, _, i, _ in store.bodies}
+    assert len(ids) <= settings.max_parts_in_flight + 1, f"{len(ids)} distinct part buffers for 13 parts"
+    assert w.pending.size == 61 * MiB and [p.size for p in w.pending.parts][-1] == MiB
+
+
+def test_memory_is_the_bound_exactly_no_transient_copies():
+    """Tighter than the test above: no transient copy of a chunk or a part on top of the three part buffers
+    (bytearray slice assignment copies its source first; ``bytes()`` of a part copies it)."""
+    import tracemalloc
+
+    settings = WriterSettings(initial_part_size=5 * MiB, parts_per_size_step=1000, max_parts_in_flight=2, upload_threads=4)
+    bound = settings.initial_part_size * (settings.max_parts_in_flight + 1)
+    chunk = b"z" * MiB
+    store = DiscardingStore()
+    tracemalloc.start()
+    try:
+        with writer(store, settings) as w:
+            for _ in range(40):
+                w.write(chunk)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak <= bound + 128 * 1024, f"peak {peak / MiB:.2f} MiB above the bound of {bound / MiB:.0f} MiB"
