@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any
 
 from .common import (
-    MiB,
     abba,
     describe_ratio,
     empty_prefix,
