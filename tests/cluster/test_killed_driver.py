@@ -21,18 +21,19 @@ from tests.cluster.support import (
     DriverApp,
     check_rows,
     cli,
-    cli_json,
     read_flag,
     uploads_under,
     visible_rows,
     wait_for,
 )
+from tests.support.checks import all_keys
 from tests.support.invariants import (
     bucket_state,
     check_aborted,
     check_committed,
     check_others_untouched,
     dataset,
+    job_records,
 )
 from tests.support.spark_cluster import StandaloneCluster
 
@@ -88,20 +89,25 @@ def killed(spark_cluster: StandaloneCluster, cluster_backend: Any, tmp_path_fact
     spark_cluster.wait_idle()
     out = {}
     for prefix in POINTS:
-        job_id = jobs[prefix]["jobId"] or _job_of(be.endpoint_url, bucket, prefix)
+        job_id = jobs[prefix]["jobId"] or _job_of(be.client, bucket, prefix)
         out[prefix] = Killed(bucket, prefix, job_id, old_data(prefix), at_kill[prefix])
     yield out
 
 
-def _job_of(endpoint: str, bucket: str, prefix: str) -> str:
-    listed = cli_json(endpoint, "jobs", "list", f"s3://{bucket}/{prefix}")["jobs"]
-    assert len(listed) == 1, listed
-    return listed[0]["jobId"]
+def _job_of(client: Any, bucket: str, prefix: str) -> str:
+    """The one job with records under the destination (its driver died before it could say)."""
+    hidden = f"{prefix}/_temporary/mpcommit/"
+    jobs = {key[len(hidden):].split("/", 1)[0] for key in all_keys(client, bucket, hidden, exact_prefix=True)}
+    assert len(jobs) == 1, jobs
+    return jobs.pop()
 
 
-def _state(endpoint: str, k: Killed) -> str:
-    listed = {j["jobId"]: j for j in cli_json(endpoint, "jobs", "list", f"s3://{k.bucket}/{k.prefix}")["jobs"]}
-    return listed[k.job_id]["state"]
+def _state(be: Any, k: Killed) -> str:
+    """From the bucket, not from mpcommit: a job with a journal is committing, one with records is writing."""
+    records = job_records(be.client, k.bucket, k.prefix, k.job_id)
+    if f"{k.prefix}/_temporary/mpcommit/{k.job_id}/journal.json" in records:
+        return "committing"
+    return "writing" if records else "none"
 
 
 def _recover(endpoint: str, k: Killed, *extra: str, fault: str | None = None) -> Any:
@@ -136,7 +142,7 @@ def _recover_and_check(be: Any, k: Killed) -> None:
 def test_killed_before_the_journal_leaves_the_data_untouched(killed: dict[str, Killed], cluster_backend: Any) -> None:
     be, k = cluster_backend, killed["d0"]
     assert k.at_kill == k.old, "the destination changed before the journal"
-    assert _state(be.endpoint_url, k) == "writing"
+    assert _state(be, k) == "writing"
     assert uploads_under(be.client, k.bucket, k.prefix), "the tasks' uploads are pending, waiting for a commit"
     # A plain recover leaves a young writing job alone (it may be live); naming it rolls it back.
     skipped = _recover(be.endpoint_url, k)
@@ -156,7 +162,7 @@ def test_killed_mid_commit_is_finished_by_recover(killed: dict[str, Killed], clu
     old_at_kill = sorted(key for key in k.at_kill if key in k.old)
     shown = {"d1": (0, 5), "d2": (2, 5), "d3": (TASKS * 2, 3)}[prefix]
     assert (len(new_at_kill), len(old_at_kill)) == shown, f"{seen}: {new_at_kill}, {old_at_kill}"
-    assert _state(be.endpoint_url, k) == "committing"
+    assert _state(be, k) == "committing"
     refused = cli(be.endpoint_url, "jobs", "abort", f"s3://{k.bucket}/{k.prefix}", "--job", k.job_id, "--yes")
     assert refused.returncode == 1 and "recover" in refused.stderr, refused.stderr
     _recover_and_check(be, k)
@@ -169,7 +175,7 @@ def test_a_recover_killed_twice_is_finished_by_a_third(killed: dict[str, Killed]
     for fault in ("commit.after_complete:2:kill", "commit.before_success:1:kill"):
         died = _recover(be.endpoint_url, k, fault=fault)
         assert died.returncode == -9, f"recover with {fault}: exit {died.returncode}\n{died.stderr[-2000:]}"
-        assert _state(be.endpoint_url, k) == "committing"
+        assert _state(be, k) == "committing"
         snapshots.append(dataset(be.client, k.bucket, k.prefix))
     _recover_and_check(be, k)
     new = {key: v for key, v in dataset(be.client, k.bucket, k.prefix).items() if k.job_id in key}

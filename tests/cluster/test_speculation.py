@@ -28,7 +28,7 @@ from tests.cluster.support import (
 )
 from tests.support.checks import visible_keys
 from tests.support.invariants import bucket_state
-from tests.support.spark_cluster import StandaloneCluster, _cmdline, _proc_stat
+from tests.support.spark_cluster import StandaloneCluster, is_executor, parent_of
 
 ROWS = 6000  # per task: six Arrow batches of 1,000 rows; the stall is after the last one
 
@@ -60,11 +60,8 @@ def start_write(app: DriverApp, backend: Any, flags: Path, **args: Any) -> str:
 
 def executor_jvm_of(stalled: dict[str, Any]) -> int:
     """The executor JVM that runs a stalled Python worker: worker -> pyspark daemon -> JVM."""
-    daemon = stalled["ppid"]
-    stat = _proc_stat(daemon)
-    assert stat is not None, "the stalled attempt's daemon is gone"
-    jvm = int(stat[1])
-    assert any("CoarseGrainedExecutorBackend" in a for a in _cmdline(jvm)), _cmdline(jvm)
+    jvm = parent_of(stalled["ppid"])
+    assert jvm is not None and is_executor(jvm), f"no executor JVM above the stalled worker {stalled['pid']}"
     return jvm
 
 

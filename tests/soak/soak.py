@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -34,7 +35,7 @@ import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -341,12 +342,14 @@ class Soak:
                                      f"s3://{self.bucket}/{dest}", "--json"], env=env, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
             self.compacting[dest] = proc
+            self.note("compaction_start", dest=dest, fault=fault, pid=proc.pid)
             try:
                 out, err = proc.communicate(timeout=600)
             finally:
                 self.compacting.pop(dest, None)
             if proc.returncode == -signal.SIGKILL:
                 self.ops["compactions killed"] += 1
+                self.note("compaction_killed", dest=dest, fault=fault)
                 if fault:
                     self.kills[f"compaction, by itself at {fault.rsplit(':', 1)[0]}"] += 1
                 continue
@@ -474,8 +477,23 @@ class Soak:
                 self.violations.append(what)
         for k, n in verdict.notes.items():
             self.notes[k] = n
+        if self.violations:
+            self._forensics(snap)
         self.proxy.stop()
         return self.report(jobs)
+
+    def _forensics(self, snap: Any) -> None:
+        """What the objects named by the violations look like, for whoever reads the logs."""
+        keys = sorted({k for v in self.violations for k in _KEY.findall(v)})[:40]
+        out = {}
+        for key in keys:
+            try:
+                head = self.client.head_object(Bucket=self.bucket, Key=key)
+                out[key] = {"lastModified": head["LastModified"].isoformat(), "etag": head["ETag"],
+                            "size": head["ContentLength"]}
+            except Exception as exc:  # noqa: BLE001 - gone since
+                out[key] = {"error": str(exc)}
+        (self.dir / "forensics.json").write_text(json.dumps(out, indent=1, sort_keys=True))
 
     def report(self, jobs: dict[str, JobLog]) -> dict[str, Any]:
         fates: dict[str, Counter[str]] = defaultdict(Counter)
@@ -512,6 +530,9 @@ class Soak:
             "known issue cases": {issue: cases[:10] for issue, cases in self.known.items()},
             "violations": list(self.violations),
         }
+
+
+_KEY = re.compile(r"'((?:data|data1|data10)/[^']+)'")
 
 
 def _owner(key: str) -> str | None:

@@ -31,7 +31,8 @@ from pathlib import Path
 
 from tests.support.servers import free_port
 
-__all__ = ["StandaloneCluster", "WorkerProcess", "children_of", "process_alive", "spark_home"]
+__all__ = ["StandaloneCluster", "WorkerProcess", "children_of", "is_executor", "parent_of", "process_alive",
+           "spark_home"]
 
 #: Heap of the master and worker daemons: they only schedule (Spark's default is 1 GiB each).
 DAEMON_MEMORY = "256m"
@@ -71,6 +72,16 @@ def _cmdline(pid: int) -> list[str]:
             return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
     except OSError:
         return []
+
+
+def parent_of(pid: int) -> int | None:
+    stat = _proc_stat(pid)
+    return int(stat[1]) if stat is not None else None
+
+
+def is_executor(pid: int) -> bool:
+    """True when ``pid`` is an executor JVM (CoarseGrainedExecutorBackend)."""
+    return any("CoarseGrainedExecutorBackend" in a for a in _cmdline(pid))
 
 
 def children_of(pid: int) -> list[int]:
@@ -115,7 +126,7 @@ class WorkerProcess:
         if not self.alive():
             return []
         return [p for p in children_of(self.process.pid)  # type: ignore[union-attr]
-                if any("CoarseGrainedExecutorBackend" in a for a in _cmdline(p)) and process_alive(p)]
+                if is_executor(p) and process_alive(p)]
 
 
 class StandaloneCluster:
