@@ -4,14 +4,24 @@ pyarrow's ``ParquetWriter.write_batch`` turns every call into its own row group;
 batches of 10,000 rows, which would make row groups far too small to scan well. The writer therefore
 collects batches until they hold ``row_group_bytes`` of Arrow memory and writes them as one row group: that
 buffer is the format's share of a task's memory (see :mod:`mpcommit.formats.partitioning` for the whole bound).
+
+Dictionary encoding is chosen per column from the file's first row group, as parquet-mr (Spark's writer) chooses
+it: a column keeps its dictionary only where dictionary plus indices come out smaller than the plain values.
+pyarrow alone keeps a dictionary whenever it fits its page limit, so a column of unique doubles or ids in a
+small file (a partition of a few tens of thousands of rows) gets one that only adds bytes: measured, 25% more
+bytes than Spark's own files for the same rows (BENCHMARKS.md, real peers).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, BinaryIO
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import UsageError
@@ -90,8 +100,11 @@ class _ParquetFileWriter(FormatWriter):
         self._pending: list[pa.RecordBatch] = []
         self._pending_bytes = 0
         self.rows = 0
-        # Writes the leading magic bytes at once; the footer goes out on close.
-        self._writer: Any = pq.ParquetWriter(sink, schema, compression=codec)
+        self._sink = sink
+        self._codec = codec
+        # Opened with the first row group, whose values decide each column's dictionary; the footer goes out
+        # on close.
+        self._writer: Any = None
 
     def write(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
@@ -107,13 +120,114 @@ class _ParquetFileWriter(FormatWriter):
             return
         table = pa.Table.from_batches(self._pending, schema=self._schema)
         self._pending, self._pending_bytes = [], 0
+        if self._writer is None:
+            self._open(dictionary_columns(table))
         # One call, one row group: row_group_size as large as the table keeps pyarrow from splitting it.
         self._writer.write_table(table, row_group_size=max(1, table.num_rows))
 
+    def _open(self, use_dictionary: bool | list[str]) -> None:
+        self._writer = pq.ParquetWriter(self._sink, self._schema, compression=self._codec,
+                                        use_dictionary=use_dictionary)
+
     def close(self) -> None:
         self._flush()
+        if self._writer is None:  # no rows: a file with the schema and no row group
+            self._open(True)
         self._writer.close()
 
     @property
     def buffered_bytes(self) -> int:
         return self._pending_bytes
+
+
+def dictionary_columns(table: pa.Table) -> bool | list[str]:
+    """The Parquet leaf columns worth a dictionary, judged on ``table`` (a file's first row group).
+
+    A flat column of a fixed- or variable-width type keeps its dictionary when the dictionary plus the
+    bit-packed indices are smaller than the plain values (parquet-mr's test at the end of a column's first
+    page); nested columns and columns that are already dictionaries keep pyarrow's default (a dictionary)."""
+    paths = _leaf_paths(table.schema)
+    keep = [path for path in paths if path.split(".", 1)[0] not in _judged(table.schema)]
+    for name in _judged(table.schema):
+        if _dictionary_pays(table.column(name)):
+            keep.append(name)
+    return True if len(keep) == len(paths) else keep
+
+
+def _judged(schema: pa.Schema) -> frozenset[str]:
+    """Top-level columns whose dictionary is decided from their values (flat, not boolean, not dictionary)."""
+    return frozenset(
+        f.name for f in schema
+        if not pa.types.is_nested(f.type) and not pa.types.is_dictionary(f.type) and not pa.types.is_boolean(f.type)
+        and not pa.types.is_null(f.type) and "." not in f.name
+    )
+
+
+#: Values a column's dictionary is judged on: parquet-mr's first page of doubles (1 MiB / 8).
+_JUDGED_VALUES = 131072
+#: Buckets of the distinct-value estimate (linear counting): within about 1% up to ~200,000 distinct values.
+_BUCKETS = 1 << 16
+#: MurmurHash3's 64-bit finalizer: linear counting assumes values land in buckets as if at random, which a
+#: plain multiplicative hash does not do for runs of ids (it spreads them too evenly: ~15% over-counted).
+_MIX = (np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53))
+
+
+def _dictionary_pays(column: pa.ChunkedArray) -> bool:
+    """Dictionary plus bit-packed indices smaller than the plain values, on the column's first values."""
+    head = column.slice(0, _JUDGED_VALUES)
+    values = len(head) - head.null_count
+    if values == 0:
+        return True
+    type_ = head.type
+    if _is_variable_width(type_):
+        distinct = pc.count_distinct(head, mode="only_valid").as_py()
+        # Plain BYTE_ARRAY: a 4-byte length before each value.
+        plain = pc.sum(pc.binary_length(head)).as_py() + 4 * values
+        dictionary = pc.sum(pc.binary_length(pc.unique(head.drop_null()))).as_py() + 4 * distinct
+    else:
+        try:
+            width = type_.bit_width // 8
+        except ValueError:  # a type without a fixed width known to Arrow: leave the choice to pyarrow
+            return True
+        distinct = _distinct_estimate(head, width)
+        plain, dictionary = values * width, distinct * width
+    index_bytes = values * max(1, math.ceil(math.log2(max(distinct, 2)))) / 8
+    return dictionary + index_bytes < plain
+
+
+def _distinct_estimate(column: pa.ChunkedArray, width: int) -> int:
+    """Distinct valid values of a fixed-width column. Counting them exactly costs a hash table insert per
+    value -- as much as pyarrow's dictionary encoding, twice what plain encoding costs -- so values of 1, 2,
+    4 or 8 bytes are estimated by linear counting over their bits (a few numpy passes); wider ones are
+    counted."""
+    if width not in (1, 2, 4, 8):
+        return pc.count_distinct(column, mode="only_valid").as_py()
+    array = (column.drop_null() if column.null_count else column).combine_chunks()
+    bits = np.frombuffer(array.buffers()[1], dtype=f"<u{width}", count=len(array) + array.offset)[array.offset:]
+    h = bits.astype(np.uint64)
+    for multiplier in _MIX:
+        h ^= h >> np.uint64(33)
+        h *= multiplier
+    h ^= h >> np.uint64(33)
+    buckets = h >> np.uint64(64 - (_BUCKETS.bit_length() - 1))
+    seen = np.zeros(_BUCKETS, dtype=bool)
+    seen[buckets] = True
+    empty = _BUCKETS - int(np.count_nonzero(seen))
+    if empty == 0:
+        return len(array)
+    return min(len(array), round(-_BUCKETS * math.log(empty / _BUCKETS)))
+
+
+def _is_variable_width(type_: pa.DataType) -> bool:
+    return (pa.types.is_binary(type_) or pa.types.is_string(type_) or pa.types.is_large_binary(type_)
+            or pa.types.is_large_string(type_) or pa.types.is_binary_view(type_) or pa.types.is_string_view(type_))
+
+
+@lru_cache(maxsize=64)
+def _leaf_paths(schema: pa.Schema) -> tuple[str, ...]:
+    """Parquet's names of the leaf columns of ``schema`` (``s.x``, ``l.list.element``), as ``use_dictionary``
+    takes them: read from the footer of an empty file written in memory, so nesting is pyarrow's own."""
+    sink = pa.BufferOutputStream()
+    pq.ParquetWriter(sink, schema).close()
+    meta = pq.read_metadata(pa.BufferReader(sink.getvalue())).schema
+    return tuple(meta.column(i).path for i in range(len(meta)))

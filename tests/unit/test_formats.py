@@ -166,6 +166,62 @@ def test_parquet_collects_batches_into_row_groups_of_the_configured_size() -> No
     assert writer.buffered_bytes == 0
 
 
+def _dictionary_encoded(data: bytes) -> dict[str, bool]:
+    meta = pq.ParquetFile(pa.BufferReader(data)).metadata.row_group(0)
+    return {meta.column(i).path_in_schema: any("DICTIONARY" in e for e in meta.column(i).encodings)
+            for i in range(meta.num_columns)}
+
+
+def test_parquet_drops_dictionaries_that_do_not_pay_as_parquet_mr_does() -> None:
+    """Unique ids and random doubles are written plain (pyarrow alone gives them a dictionary that only adds
+    bytes); repeated values, categories and nested columns keep theirs; every row reads back."""
+    import numpy as np
+
+    rows = 26_843  # one of the real-peers benchmark's 1,000 files
+    rng = np.random.default_rng(7)
+    batch = pa.record_batch({
+        "id": pa.array(np.arange(rows, dtype=np.int64)),
+        "r": pa.array(rng.random(rows)),
+        "few": pa.array(rng.integers(0, 10, rows, dtype=np.int32)),
+        "cat": pa.array(rng.choice(["red", "green", "blue"], rows)),
+        "uuid": pa.array([f"{i:032x}" for i in range(rows)]),
+        "ts": pa.array(np.full(rows, 1_700_000_000_000_000, dtype=np.int64), pa.timestamp("us", tz="UTC")),
+        "attrs": pa.array([{"k": int(i % 3)} for i in range(rows)], pa.struct([("k", pa.int32())])),
+    })
+    data, _ = write_file(make_format("parquet"), [batch])
+    assert _dictionary_encoded(data) == {"id": False, "r": False, "few": True, "cat": True, "uuid": False,
+                                         "ts": True, "attrs.k": True}
+    assert pq.read_table(pa.BufferReader(data)).to_pylist() == pa.Table.from_batches([batch]).to_pylist()
+    plain_buf = io.BytesIO()
+    pq.write_table(pa.Table.from_batches([batch]), plain_buf, compression="snappy")  # pyarrow's defaults
+    assert len(data) < 0.9 * len(plain_buf.getvalue())
+
+
+def test_parquet_with_every_dictionary_kept_and_no_rows() -> None:
+    """All columns worth a dictionary: pyarrow's default; no rows at all: a valid file with the schema."""
+    batch = pa.record_batch({"few": pa.array([1, 2] * 500, pa.int64()), "s": ["a", "b"] * 500})
+    data, _ = write_file(make_format("parquet"), [batch])
+    assert _dictionary_encoded(data) == {"few": True, "s": True}
+    empty, rows = write_file(make_format("parquet"), [], schema=batch.schema)
+    assert rows == 0 and pq.read_table(pa.BufferReader(empty)).schema.equals(batch.schema)
+
+
+@pytest.mark.parametrize("distinct", [1, 10, 1_000, 20_000, 131_072])
+@pytest.mark.parametrize("dtype", ["int64", "int32", "int16", "float64", "float32"])
+def test_parquet_distinct_estimate_is_within_three_percent(distinct: int, dtype: str) -> None:
+    import numpy as np
+
+    from mpcommit.formats.parquet import _distinct_estimate
+
+    rng = np.random.default_rng(distinct)
+    values = rng.permutation(np.arange(131_072) % distinct).astype(dtype)
+    if dtype.startswith("int") and distinct > np.iinfo(dtype).max:
+        pytest.skip("more distinct values than the type holds")
+    column = pa.chunked_array([pa.array(values)])
+    exact = len(np.unique(values))
+    assert abs(_distinct_estimate(column, np.dtype(dtype).itemsize) - exact) <= max(1, 0.03 * exact)
+
+
 def test_parquet_refuses_types_without_a_parquet_form() -> None:
     schema = pa.schema([("ok", pa.int64()), ("iv", pa.month_day_nano_interval())])
     with pytest.raises(UsageError, match="parquet cannot hold column 'iv'"):
