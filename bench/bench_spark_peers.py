@@ -77,7 +77,10 @@ DEFAULT_SIZE = 1 * GiB
 SPARK_TASKS = 4
 DOUBLES = 4
 ROW_BYTES = 8 + 8 * DOUBLES  # id + random doubles (incompressible); the partition column lives in the path
-MASTER = "local[2]"
+#: Task slots of ``local[N]``: this machine's 2 cores. Through the S3-like network, where S3A's tasks wait on
+#: one request after another, a run may give Spark more slots than cores (``--slots``), as a cluster would.
+SPARK_SLOTS = 2
+MASTER = f"local[{SPARK_SLOTS}]"
 
 _SPARK_PROTOCOL = "org.apache.spark.sql.execution.datasources.SQLHadoopMapReduceCommitProtocol"
 _CLOUD_PROTOCOL = {
@@ -400,7 +403,7 @@ def child(args: argparse.Namespace) -> int:
         "spark.hadoop.fs.s3a.buffer.dir": str(buffers),
         "spark.sql.shuffle.partitions": str(args.tasks),
     }
-    spark, _ = spark_session(master=MASTER, app="mpcommit-bench-peers", conf=conf)
+    spark, _ = spark_session(master=f"local[{args.slots}]", app="mpcommit-bench-peers", conf=conf)
     if not session_has_s3a(spark):
         raise SystemExit("bench_spark_peers: the Spark JVM has no S3A classes")
     spark.sparkContext.setLogLevel("WARN")
@@ -413,7 +416,7 @@ def child(args: argparse.Namespace) -> int:
     ensure_bucket(direct, BUCKET)
     plan = parse_plan(args.plan)
     variants = tuple(dict.fromkeys(v for runs in plan.values() for v in runs))
-    results: dict[str, Any] = {"variants": list(variants), "plan": args.plan, "size": args.size, "tasks": args.tasks, "master": MASTER,
+    results: dict[str, Any] = {"variants": list(variants), "plan": args.plan, "size": args.size, "tasks": args.tasks, "master": f"local[{args.slots}]",
                                "driver_memory": args.driver_memory, "runs": [], "shapes": {},
                                "spark_version": spark.version, "jvm_found": jvm_found,
                                "settings": {v: variant_settings(v, str(staging)) for v in variants}}
@@ -485,7 +488,7 @@ def child(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------- the parent: one network's runs
 def run(server: Any, net: Any | None, network: str, *, plan: str | None = None, size: int = DEFAULT_SIZE,
-        tasks: int = SPARK_TASKS, check_rows: bool | None = None) -> dict[str, Any]:
+        tasks: int = SPARK_TASKS, slots: int = SPARK_SLOTS, check_rows: bool | None = None) -> dict[str, Any]:
     """Run the plan in a child process through ``net`` (the run's S3-like network) or, for ``network="raw"``, a
     proxy of this scenario's own with no shaping (it forwards and counts: S3A's requests must be counted too)."""
     from bench.s3_network import NONE, S3Network
@@ -498,7 +501,7 @@ def run(server: Any, net: Any | None, network: str, *, plan: str | None = None, 
     os.close(fd)
     cmd = [sys.executable, "-m", "bench.bench_spark_peers", "--endpoint", net.endpoint_url,
            "--upstream", server.endpoint_url, "--proxy-pid", str(net.pid or 0), "--server-pid", str(server.pid or 0),
-           "--plan", plan, "--size", str(size), "--tasks", str(tasks), "--out", out]
+           "--plan", plan, "--size", str(size), "--tasks", str(tasks), "--slots", str(slots), "--out", out]
     if check_rows if check_rows is not None else network == "raw":
         cmd.append("--check-rows")
     started = time.perf_counter()
@@ -525,6 +528,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="runs per size and variant, e.g. '1000:magic=3,mpcommit=3;10000:magic=1,mpcommit=1'")
     p.add_argument("--size", default=DEFAULT_SIZE, type=int)
     p.add_argument("--tasks", default=SPARK_TASKS, type=int)
+    p.add_argument("--slots", default=SPARK_SLOTS, type=int,
+                   help="task slots of the local Spark (local[N]); more than the cores only where tasks wait on "
+                        "the network")
     p.add_argument("--driver-memory", default="3g")
     p.add_argument("--check-rows", action="store_true", help="count the rows of every file of each first repeat")
     p.add_argument("--proxy-pid", type=int, default=0)

@@ -183,8 +183,8 @@ def _machine(results: dict[str, Any], present: list[tuple[str, str]]) -> list[st
         loads = [r["load_before"][0] for r in results[key]["runs"]]
         if loads:
             out.append(f"Load average (1 min) before each run, {label.split(' (')[0]}: median {median(loads):.1f}, "
-                       f"range {min(loads):.1f}-{max(loads):.1f}, over {len(loads)} runs (2 cores shared with four "
-                       "other engineers' Spark, cluster and benchmark work).")
+                       f"range {min(loads):.1f}-{max(loads):.1f}, over {len(loads)} runs (2 cores, shared with "
+                       "other engineers' work while measuring).")
     return out + [""] if out else out
 
 
@@ -193,6 +193,7 @@ def _intro(data: dict[str, Any]) -> list[str]:
     shape_text = "; ".join(f"{int(f):,} files: {sh['values']:,} values of `p`" for f, sh in sorted(shapes.items(), key=lambda kv: int(kv[0])))
     rows = next(iter(shapes.values()), {}).get("rows", 0)
     size = human_bytes(data.get("size", 0))
+    tasks, master = data.get("tasks", SPARK_TASKS), data.get("master", MASTER)
     out = [
         "Spark's own `df.write.mode(\"overwrite\").partitionBy(\"p\").parquet(\"s3a://...\")` with Hadoop's committers, "
         "against `mpcommit.spark.write(df, \"s3a://...\", \"parquet\", mode=\"overwrite\", partition_by=[\"p\"])`: the "
@@ -202,13 +203,13 @@ def _intro(data: dict[str, Any]) -> list[str]:
         "`make s3a-install`); nothing in this section is a model. What is modelled is the network only, in the "
         "second half (the S3-like proxy of `bench/s3_network.py`, section 0); the server is LocalStack on the same two cores.",
         "",
-        "- **The data**: `spark.range(rows, numPartitions=4)` with `p = id % values` (int) and "
+        f"- **The data**: `spark.range(rows, numPartitions={tasks})` with `p = id % values` (int) and "
         f"{DOUBLES} `rand()` doubles: {ROW_BYTES} bytes of incompressible row data besides the partition column (which "
-        f"lives in the path), so {rows:,} rows make {size}. Every one of the {SPARK_TASKS} tasks holds rows of every "
+        f"lives in the path), so {rows:,} rows make {size}. Every one of the {tasks} tasks holds rows of every "
         "value of `p`, so each task writes one file per value and files = tasks × values "
         f"({shape_text}). Spark (parquet-mr) and mpcommit (pyarrow) both write snappy Parquet; "
         "the bytes they write differ (the *Parquet written* column, and below).",
-        f"- **Spark**: `{MASTER}` (this machine has 2 cores; driver and executors are one JVM), driver memory "
+        f"- **Spark**: `{master}` (this machine has 2 cores; driver and executors are one JVM), driver memory "
         f"{data.get('driver_memory', '?')}, event log on; one untimed warm-up write of each variant first.",
         "- **The committers**: **v1** and **v2** are `FileOutputCommitter` (algorithm 1 or 2) through Spark's own "
         "`SQLHadoopMapReduceCommitProtocol` and Parquet's `ParquetOutputCommitter`; **magic** and **directory** are "

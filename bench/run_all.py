@@ -141,7 +141,7 @@ def _run_one(name: str, network: str, ep: str, server: Any, net: S3Network | Non
         from . import bench_spark_peers
 
         data = bench_spark_peers.run(server, net, network, plan=getattr(args, f"peers_plan_{network}"),
-                                     size=args.peers_size)
+                                     size=args.peers_size, tasks=args.peers_tasks, slots=args.peers_slots)
     else:
         mod = _optional(name)
         if mod is None:
@@ -417,6 +417,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="scenario peers, raw: runs per size and variant (default: bench_spark_peers.DEFAULT_PLAN)")
     p.add_argument("--peers-plan-s3", default=None, help="scenario peers, through the S3-like network: the same")
     p.add_argument("--peers-size", default="1GiB", help="row data of scenario peers (default 1GiB)")
+    p.add_argument("--peers-tasks", type=int, default=4, help="Spark tasks of scenario peers (default 4)")
+    p.add_argument("--peers-slots", type=int, default=2,
+                   help="task slots of scenario peers' local Spark, local[N] (default 2, the cores)")
     p.add_argument("--networks", default=",".join(NETWORKS),
                    help="raw (straight to the server), s3 (through the S3-like network), or both (default raw,s3)")
     p.add_argument("--threads-sweep", default="8,32,64",

@@ -299,17 +299,26 @@ class JobCommitter:
             self.progress("complete", len(filenames), None)
 
         sources = self._check_sources(journal, manifests) if journal.delete else None
-        if self.processes > 1 and sources is None and not self._broken:
-            self._complete_in_processes(uploads(), account)
-        else:
-            self._complete_in_threads(uploads(), account)
+        # An overwrite's first look at the scope it replaces only reads (see _replace_old): it runs beside the
+        # completes instead of after them, one listing pass fewer on the commit's critical path.
+        lookout = ThreadPoolExecutor(1, thread_name_prefix="mpcommit-replace-scope")
+        first_look = lookout.submit(self._first_look, journal, cutoff) if journal.replace else None
+        try:
+            if self.processes > 1 and sources is None and not self._broken:
+                self._complete_in_processes(uploads(), account)
+            else:
+                self._complete_in_threads(uploads(), account)
+        except BaseException:
+            lookout.shutdown(wait=False, cancel_futures=True)
+            raise
+        lookout.shutdown(wait=False)  # the look goes on; its result is waited for below
         if sources is not None:
             self._undo_broken(broken_placed)
         timings["complete"] = time.monotonic() - t
         self.progress("completed", len(filenames), len(filenames))
 
         t = time.monotonic()
-        deleted = self._replace_old(journal, cutoff, sources)
+        deleted = self._replace_old(journal, cutoff, sources, first_look=first_look.result() if first_look else None)
         timings["replace"] = time.monotonic() - t
 
         t = time.monotonic()
@@ -608,9 +617,19 @@ class JobCommitter:
             raise CommitFailedError(f"job {self.job_id} was not committed, nothing was made visible and no old "
                                     f"data was deleted: {exc}") from exc
 
-    def _replace_old(self, journal: CommitJournal, cutoff: object, sources: list[str] | None = None) -> int:
+    def _first_look(self, journal: CommitJournal, cutoff: object) -> tuple[set[str | None], set[str]]:
+        """The owners of the older objects in the replaced scope, then the jobs committing: the first listing
+        and the journal check of :meth:`_replace_old`, which may run while this job's files are completed --
+        what makes the deletion safe is only their order: this listing, then the journals, then the second
+        listing, all before anything is deleted. This job's own files are never in it (skipped by owner)."""
+        first, _ = self._older_in_scope(journal, cutoff)
+        return {owner for owner, _key in first}, self._committing_writes()
+
+    def _replace_old(self, journal: CommitJournal, cutoff: object, sources: list[str] | None = None, *,
+                     first_look: tuple[set[str | None], set[str]] | None = None) -> int:
         """Overwrite: delete older objects in the replaced scope, only after every new file is complete (I5).
-        Compaction: delete the ``sources`` still as merged, except in directories left broken."""
+        Compaction: delete the ``sources`` still as merged, except in directories left broken.
+        ``first_look``: :meth:`_first_look`'s answer if it was taken already (beside the completes)."""
         if not journal.replace and not journal.delete:
             return 0
         bucket = self.destination.bucket
@@ -623,10 +642,8 @@ class JobCommitter:
             # all are complete, so: list, then look for journals, then list again -- a job seen in the first
             # listing without a journal now has finished, and the second listing holds all of its files.
             # A compaction is not spared: its files hold older jobs' rows, which this overwrite replaces.
-            first, _ = self._older_in_scope(journal, cutoff)
-            committing = self._committing_writes()
+            seen, committing = first_look if first_look is not None else self._first_look(journal, cutoff)
             older, later_jobs = self._older_in_scope(journal, cutoff)
-            seen = {owner for owner, _key in first}
             # S3 stamps a multipart object with the time its upload *started*, so a concurrent job whose writes
             # straddle the journal has files on both sides of the cutoff. Decide per job, never per file: one
             # newer file marks a later job, and all of its files stay (no committed job loses part of its data).

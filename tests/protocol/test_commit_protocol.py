@@ -184,6 +184,53 @@ def test_overwrite_replaces_everything_only_after_the_new_files_are_complete(bac
     assert set(contents(backend, bucket, "t").values()) == {b"new1"}
 
 
+def test_overwrite_looks_at_the_old_data_while_completing_and_deletes_only_after(backend, bucket, monkeypatch):
+    """The overwrite's first listing of the replaced scope runs beside the completes (not after them), and the
+    old files still go only once every new file is complete (I5)."""
+    import threading
+    import time
+
+    _seed(backend, bucket, "t", {"dt=1/old.txt": b"old1", "dt=2/old.txt": b"old2"})
+    job = Job.create(f"s3://{bucket}/t", mode="overwrite", s3=backend.options)
+    refs = [write_task(job, t, {f"dt={t}": b"new%d" % t}) for t in range(4)]
+    events: list[tuple[str, float]] = []
+    lock = threading.Lock()
+    store = job.store
+    complete, list_objects, delete_objects = (store.complete_multipart_upload, store.list_objects,
+                                              store.delete_objects)
+
+    def slow_complete(*args, **kwargs):
+        time.sleep(0.3)
+        out = complete(*args, **kwargs)
+        with lock:
+            events.append(("completed", time.monotonic()))
+        return out
+
+    def recording_list(bucket_name, prefix, *args, **kwargs):
+        if prefix == "t/":
+            with lock:
+                events.append(("listed scope", time.monotonic()))
+        return list_objects(bucket_name, prefix, *args, **kwargs)
+
+    def recording_delete(*args, **kwargs):
+        with lock:
+            events.append(("delete", time.monotonic()))
+        return delete_objects(*args, **kwargs)
+
+    # On the instance, through monkeypatch: stores are shared between jobs of the same options.
+    monkeypatch.setattr(store, "complete_multipart_upload", slow_complete)
+    monkeypatch.setattr(store, "list_objects", recording_list)
+    monkeypatch.setattr(store, "delete_objects", recording_delete)
+    report = job.commit(refs)
+    last_complete = max(t for e, t in events if e == "completed")
+    scope_listings = [t for e, t in events if e == "listed scope"]
+    # Before the journal (the listable check), beside the completes (the first look), after them (the decision).
+    assert any(t < last_complete for t in scope_listings[1:]), events
+    assert min(t for e, t in events if e == "delete") > last_complete
+    assert report.deleted_objects == 2
+    assert sorted(contents(backend, bucket, "t").values()) == [b"new0", b"new1", b"new2", b"new3"]
+
+
 def test_dynamic_overwrite_replaces_only_the_partitions_written(backend, bucket):
     _seed(backend, bucket, "t", {"dt=1/old.txt": b"old1", "dt=2/old.txt": b"old2"})
     job = Job.create(f"s3://{bucket}/t", mode="overwrite", partition_overwrite="dynamic", s3=backend.options)

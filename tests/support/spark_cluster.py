@@ -29,6 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.support.processes import die_with_parent
 from tests.support.servers import free_port
 
 __all__ = ["StandaloneCluster", "WorkerProcess", "children_of", "is_executor", "parent_of", "process_alive",
@@ -178,7 +179,8 @@ class StandaloneCluster:
     def _launch(self, args: list[str], host: str, log: Path) -> subprocess.Popen:
         with open(log, "ab") as out:
             return subprocess.Popen([self._spark_class, *args], env=self._env(host), stdout=out,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                                    preexec_fn=die_with_parent)
 
     def start(self, timeout: float = 180.0) -> "StandaloneCluster":
         self.root.mkdir(parents=True, exist_ok=True)

@@ -14,9 +14,7 @@ hands over to, makes the same kind of session without either effect.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -26,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.support.processes import die_with_parent
 from tests.support.servers import free_port
 
 CONNECT_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -84,13 +83,6 @@ class ConnectServer:
                 self.process.wait(timeout=30)
 
 
-def _die_with_parent() -> None:
-    # In the child before exec: Linux sends SIGTERM when the test process dies, even by SIGKILL, so that no
-    # Connect server outlives its test session. spark-submit execs the JVM, which keeps the setting.
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
-
-
 def start_connect_server(*, conf: dict[str, str], env: dict[str, str], log: Path,
                          timeout: float = 240.0) -> ConnectServer:
     """Start PySpark's Connect server on a free port of 127.0.0.1 with ``conf`` (Spark settings) and ``env``
@@ -121,7 +113,7 @@ def start_connect_server(*, conf: dict[str, str], env: dict[str, str], log: Path
     started = time.monotonic()
     with log.open("wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   cwd=log.parent, preexec_fn=_die_with_parent,
+                                   cwd=log.parent, preexec_fn=die_with_parent,
                                    env={**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",
                                         **env})
     server = ConnectServer(f"sc://127.0.0.1:{port}", port, process, log, 0.0)
