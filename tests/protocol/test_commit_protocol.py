@@ -231,6 +231,27 @@ def test_overwrite_looks_at_the_old_data_while_completing_and_deletes_only_after
     assert sorted(contents(backend, bucket, "t").values()) == [b"new0", b"new1", b"new2", b"new3"]
 
 
+def test_an_overwrite_of_a_fresh_destination_lists_it_once_after_the_journal(backend, bucket, monkeypatch):
+    """Nothing older in the scope at the first look: no second listing and no journal look-up after the
+    completes (a first write pays for one listing of its own new files, not three)."""
+    job = Job.create(f"s3://{bucket}/fresh", mode="overwrite", s3=backend.options)
+    refs = [write_task(job, t, {f"dt={t}": b"new%d" % t}) for t in range(3)]
+    calls: list[str] = []
+    list_objects = job.store.list_objects
+
+    def recording_list(bucket_name, prefix, *args, **kwargs):
+        calls.append(prefix)
+        return list_objects(bucket_name, prefix, *args, **kwargs)
+
+    monkeypatch.setattr(job.store, "list_objects", recording_list)
+    report = job.commit(refs)
+    assert report.deleted_objects == 0 and len(report.filenames) == 3
+    # The listable check before the journal, then the first look; no look for committing jobs.
+    assert calls.count("fresh/") == 2, calls
+    assert job.destination.hidden_root not in calls, calls
+    assert sorted(contents(backend, bucket, "fresh").values()) == [b"new0", b"new1", b"new2"]
+
+
 def test_dynamic_overwrite_replaces_only_the_partitions_written(backend, bucket):
     _seed(backend, bucket, "t", {"dt=1/old.txt": b"old1", "dt=2/old.txt": b"old2"})
     job = Job.create(f"s3://{bucket}/t", mode="overwrite", partition_overwrite="dynamic", s3=backend.options)
