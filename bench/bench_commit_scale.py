@@ -85,16 +85,18 @@ class Prepared:
 
 
 def prepare(endpoint: str, files: int, *, parts: int = 1, processes: int = 1, keep_uploads: bool = True,
-            prefix: str | None = None, referenced: bool = False) -> Prepared:
+            prefix: str | None = None, referenced: bool = False, setup_endpoint: str | None = None) -> Prepared:
     """A fresh job whose tasks left ``files`` uploads of ``parts`` parts each, manifests written to the stub.
     ``referenced``: every task result names its manifest instead of carrying it (as large ones do), so that
-    the commit reads them all from the store."""
+    the commit reads them all from the store. ``setup_endpoint``: where the untimed set-up writes the
+    manifests (the stub itself, when the job's ``endpoint`` is the S3-like network in front of it)."""
     from mpcommit import Job
     from mpcommit.protocol.layout import data_file_name
     from mpcommit.protocol.records.manifest import INLINE_MAX_PARTS, Part, PendingUpload, TaskManifest, TaskResult
     from mpcommit.store.s3 import S3Store
 
     store = S3Store(s3_options(endpoint))
+    setup = S3Store(s3_options(setup_endpoint)) if setup_endpoint else store
     uri = f"s3://{BUCKET}/{prefix or 't-' + uuid.uuid4().hex[:8]}"
     job = Job.create(uri, mode="append", s3=store.options, store=store, commit_threads=THREADS,
                      **({"commit_processes": processes} if processes > 1 else {}))
@@ -118,7 +120,7 @@ def prepare(endpoint: str, files: int, *, parts: int = 1, processes: int = 1, ke
         manifest = TaskManifest(job_id=job.job_id, bucket=dest.bucket, prefix=dest.prefix, task_id=t, attempt=0,
                                 nonce=nonce, created_ms=int(time.time() * 1000), uploads=tuple(uploads))
         key = job.paths.task_manifest(t, 0, nonce)
-        store.put_object(dest.bucket, key, manifest.to_bytes())
+        setup.put_object(dest.bucket, key, manifest.to_bytes())
         inline = manifest.part_count <= INLINE_MAX_PARTS and not referenced
         results.append(TaskResult(job_id=job.job_id, task_id=t, attempt=0, manifest_key=key,
                                   manifest=manifest if inline else None, files=len(uploads), bytes=manifest.bytes,
@@ -144,11 +146,22 @@ def bare_loop(client: Any, uploads: list[tuple[str, str, str, str, int]]) -> Non
 # ---------------------------------------------------------------- CPU per file
 def run_cpu(args: argparse.Namespace) -> dict[str, Any]:
     stub = Stub()
+    net = None
     try:
-        client = make_client(stub.endpoint)
-        client.create_bucket(Bucket=BUCKET)
+        make_client(stub.endpoint).create_bucket(Bucket=BUCKET)
+        endpoint = stub.endpoint
+        if args.network == "s3":
+            # The commit and the bare loop both through the S3-like network (section 0 of BENCHMARKS.md: 30 ms to
+            # first byte, 80 ms for a complete); the untimed set-up straight to the stub.
+            from .s3_network import S3_LIKE, S3Network
+
+            net = S3Network(stub.endpoint, S3_LIKE).start()
+            endpoint = net.endpoint_url
+        client = make_client(endpoint)
         variants = args.variants
         out: dict[str, Any] = {"machine": machine_description(), "stub": "bench.stub_s3 (asyncio, canned XML)",
+                               "network": args.network,
+                               "network_profile": net.profile.describe() if net is not None else "none (loopback)",
                                "threads": THREADS, "sizes": {}, "command": " ".join(sys.argv)}
         for files in args.files:
             runs: dict[str, list[dict[str, float]]] = {v: [] for v in variants}
@@ -159,9 +172,12 @@ def run_cpu(args: argparse.Namespace) -> dict[str, Any]:
                 # "commit-boto3": the commit with every request through boto3 (the lean complete path off).
                 lean = "0" if variant == "commit-boto3" else "1"
                 os.environ["MPCOMMIT_LEAN_COMPLETE"] = lean
-                prep = prepare(stub.endpoint, files, processes=processes, keep_uploads=variant == "bare")
+                prep = prepare(endpoint, files, processes=processes, keep_uploads=variant == "bare",
+                               setup_endpoint=stub.endpoint)
                 gc.collect()
                 load = os.getloadavg()[0]
+                if net is not None:
+                    net.reset()
                 s0, c0, w0 = stub.cpu_seconds(), cpu_now(), time.perf_counter()
                 if variant == "bare":
                     bare_loop(client, prep.uploads)
@@ -171,6 +187,8 @@ def run_cpu(args: argparse.Namespace) -> dict[str, Any]:
                 w1, c1, s1 = time.perf_counter(), cpu_now(), stub.cpu_seconds()
                 run = {"wall_s": w1 - w0, "cpu_s": c1 - c0, "stub_cpu_s": s1 - s0, "load": load,
                        "cpu_ms_per_file": (c1 - c0) / files * 1000, "files_per_s": files / (w1 - w0)}
+                if net is not None:
+                    run["network"] = net.stats().get("totals", {})
                 runs[variant].append(run)
                 log(f"  #{repeat} {variant:10s} wall {run['wall_s']:.2f}s cpu {run['cpu_ms_per_file']:.3f} ms/file "
                     f"({run['files_per_s']:,.0f} files/s; stub {run['stub_cpu_s']:.1f}s; load {load:.2f})")
@@ -189,6 +207,8 @@ def run_cpu(args: argparse.Namespace) -> dict[str, Any]:
             out["sizes"][str(files)] = size
         return out
     finally:
+        if net is not None:
+            net.stop()
         stub.stop()
 
 
@@ -287,6 +307,8 @@ def main(argv: list[str] | None = None) -> None:
     cpu.add_argument("--files", type=int, nargs="+", default=[10_000])
     cpu.add_argument("--repeats", type=int, default=10)
     cpu.add_argument("--variants", nargs="+", default=["commit", "bare"])
+    cpu.add_argument("--network", choices=("raw", "s3"), default="raw",
+                     help="raw: straight to the stub; s3: through the S3-like network (bench/s3_network.py)")
     cpu.add_argument("--out", default="commit_scale")
     mem = sub.add_parser("memory")
     mem.add_argument("--files", type=int, nargs="+", default=[1_000, 10_000, 100_000])
