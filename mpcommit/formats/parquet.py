@@ -167,6 +167,8 @@ def _judged(schema: pa.Schema) -> frozenset[str]:
 _JUDGED_VALUES = 131072
 #: Buckets of the distinct-value estimate (linear counting): within about 1% up to ~200,000 distinct values.
 _BUCKETS = 1 << 16
+#: Up to this many values an exact count is cheaper than the estimate's fixed cost (its 64 KiB of buckets).
+_EXACT_UP_TO = 4096
 #: MurmurHash3's 64-bit finalizer: linear counting assumes values land in buckets as if at random, which a
 #: plain multiplicative hash does not do for runs of ids (it spreads them too evenly: ~15% over-counted).
 _MIX = (np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53))
@@ -200,7 +202,7 @@ def _distinct_estimate(column: pa.ChunkedArray, width: int) -> int:
     value -- as much as pyarrow's dictionary encoding, twice what plain encoding costs -- so values of 1, 2,
     4 or 8 bytes are estimated by linear counting over their bits (a few numpy passes); wider ones are
     counted."""
-    if width not in (1, 2, 4, 8):
+    if width not in (1, 2, 4, 8) or len(column) <= _EXACT_UP_TO:
         return pc.count_distinct(column, mode="only_valid").as_py()
     array = (column.drop_null() if column.null_count else column).combine_chunks()
     bits = np.frombuffer(array.buffers()[1], dtype=f"<u{width}", count=len(array) + array.offset)[array.offset:]

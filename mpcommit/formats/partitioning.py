@@ -58,6 +58,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
 import pyarrow as pa
 
 from ..errors import ProtocolError, UsageError
@@ -70,6 +71,8 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_OPEN_WRITERS = 8
 #: Rows set aside are gathered up to this many bytes before they go to the spill file.
 SPILL_BUFFER_BYTES = 8 * 1024 * 1024
+#: Partition paths a task remembers (about 100 bytes each); past this, the cache starts over.
+_PATH_CACHE_ENTRIES = 100_000
 
 
 class Sink(Protocol):
@@ -154,10 +157,16 @@ def partition_value_text(value: Any) -> Any:
 
 
 # ---------------------------------------------------------------- splitting one batch
-def split_batch(batch: pa.RecordBatch, partition_columns: Sequence[str]) -> list[tuple[str, pa.RecordBatch]]:
+def split_batch(batch: pa.RecordBatch, partition_columns: Sequence[str], *,
+                paths: dict[tuple, str] | None = None) -> list[tuple[str, pa.RecordBatch]]:
     """Group the rows of ``batch`` by partition: ``[(partition path, rows without the partition columns)]``,
     in the order the partitions first appear. Row order inside each group is kept. Values that map to the
     same path (null and the empty string both go to ``__HIVE_DEFAULT_PARTITION__``) form one group.
+
+    A batch spread over many partitions (Spark hands a task 10,000 rows that may hold thousands of values)
+    is reordered once, group after group, and cut into zero-copy slices: one ``take`` per batch, not one
+    per partition. ``paths``: a cache of partition values -> path that the caller keeps across batches, so
+    that each distinct key's path is built once per task.
     """
     columns = list(partition_columns)
     data = batch.select([n for n in batch.schema.names if n not in set(columns)])
@@ -167,16 +176,40 @@ def split_batch(batch: pa.RecordBatch, partition_columns: Sequence[str]) -> list
         return []
     keys = pa.table([batch.column(c) for c in columns] + [pa.array(range(batch.num_rows), pa.int64())],
                     names=[f"k{i}" for i in range(len(columns))] + ["row"])
-    # use_threads=False keeps groups in order of first appearance.
+    # use_threads=False keeps groups in order of first appearance, and each group's rows in their order.
     groups = keys.group_by([f"k{i}" for i in range(len(columns))], use_threads=False).aggregate([("row", "list")])
     key_values = [groups.column(f"k{i}").to_pylist() for i in range(len(columns))]
-    row_lists = groups.column("row_list")
     if groups.num_rows == 1:
         path = partition_path(columns, [partition_value_text(v[0]) for v in key_values])
         return [(path, data)]
+    row_lists = groups.column("row_list").combine_chunks()
+    cache = paths if paths is not None else {}
+    group_paths = []
+    for key in zip(*key_values):
+        path = cache.get(key)
+        if path is None:
+            path = partition_path(columns, [partition_value_text(v) for v in key])
+            if len(cache) >= _PATH_CACHE_ENTRIES:
+                cache.clear()
+            cache[key] = path
+        group_paths.append(path)
+    if len(set(group_paths)) < len(group_paths):  # values that share a path: gather each path's rows in row order
+        return _split_by_shared_paths(data, group_paths, row_lists)
+    ordered = data.take(row_lists.values)  # every group's rows contiguous, groups in order of first appearance
+    offsets = row_lists.offsets.to_pylist()
+    return [(path, ordered.slice(offsets[g], offsets[g + 1] - offsets[g])) for g, path in enumerate(group_paths)]
+
+
+def _compact(rows: pa.RecordBatch) -> pa.RecordBatch:
+    """A slice of a split batch as a batch of its own. An open file's writer keeps the pieces it is given
+    until a row group fills, and a slice would keep its whole batch alive with it: a partition that gets a
+    few rows of every batch would hold every batch until its file closes."""
+    return rows.take(pa.array(np.arange(rows.num_rows)))
+
+
+def _split_by_shared_paths(data: pa.RecordBatch, paths: list[str], row_lists: pa.ListArray) -> list[tuple[str, pa.RecordBatch]]:
     by_path: dict[str, list[pa.Array]] = {}
-    for g in range(groups.num_rows):
-        path = partition_path(columns, [partition_value_text(v[g]) for v in key_values])
+    for g, path in enumerate(paths):
         by_path.setdefault(path, []).append(row_lists[g].values)
     out: list[tuple[str, pa.RecordBatch]] = []
     for path, index_lists in by_path.items():
@@ -271,10 +304,10 @@ class _Spill:
         self._buffered = 0
         self._buffer_bytes = buffer_bytes
 
-    def add(self, path: str, batch: pa.RecordBatch) -> None:
+    def add(self, path: str, batch: pa.RecordBatch, nbytes: int) -> None:
         self._buffer.setdefault(path, []).append(batch)
         self._index.setdefault(path, [])
-        self._buffered += batch.nbytes
+        self._buffered += nbytes
         if self._buffered >= self._buffer_bytes:
             self._flush()
 
@@ -345,6 +378,7 @@ class PartitionedWriter:
         self._input_schema: pa.Schema | None = None
         self._outputs: dict[str, _Output] = {}
         self._spill: _Spill | None = None
+        self._paths: dict[tuple, str] = {}
         self._done = False
 
     def _start(self, schema: pa.Schema) -> None:
@@ -362,25 +396,29 @@ class PartitionedWriter:
             self._start(batch.schema)
         elif not batch.schema.equals(self._input_schema):
             raise ProtocolError(f"batch schema changed within one task:\n{batch.schema}\nafter\n{self._input_schema}")
-        for path, rows in split_batch(batch, self.partition_columns):
+        groups = split_batch(batch, self.partition_columns, paths=self._paths)
+        # Bytes of a group, as its share of the batch's rows: asking each of thousands of slices for its
+        # nbytes costs more than splitting the batch. An overestimate (the partition columns are counted).
+        row_bytes = batch.nbytes / max(1, batch.num_rows)
+        for path, rows in groups:
             output = self._outputs.get(path)
             if output is None:
                 if self._spill is None and len(self._outputs) < self.max_open_writers:
                     output = self._outputs[path] = _Output(self, path)
                     self.stats.max_open = max(self.stats.max_open, len(self._outputs))
                 else:
-                    self._set_aside(path, rows)
+                    self._set_aside(path, rows, int(rows.num_rows * row_bytes))
                     continue
-            output.write(rows)
+            output.write(_compact(rows) if len(groups) > 1 else rows)
 
-    def _set_aside(self, path: str, rows: pa.RecordBatch) -> None:
+    def _set_aside(self, path: str, rows: pa.RecordBatch, nbytes: int) -> None:
         if self._spill is None:
             assert self.schema is not None
             log.info("task met more than %d partitions; writing the rest sorted by partition", self.max_open_writers)
             self._spill = _Spill(self.schema, self.spill_dir, buffer_bytes=self.spill_buffer_bytes)
-        self._spill.add(path, rows)
+        self._spill.add(path, rows, nbytes)
         self.stats.spilled_rows += rows.num_rows
-        self.stats.spilled_bytes += rows.nbytes
+        self.stats.spilled_bytes += nbytes
 
     def close(self) -> WriteStats:
         """Finish every open file, then write the spilled partitions one file at a time, in path order."""

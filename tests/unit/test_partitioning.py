@@ -147,6 +147,27 @@ SCHEMA = pa.schema([("Day", pa.date32()), ("country", pa.string()), ("v", pa.int
                     ("tags", pa.list_(pa.string())), ("raw", pa.binary()), ("_hidden", pa.string())])
 
 
+def test_a_batch_of_many_partitions_is_reordered_once_and_sliced() -> None:
+    """Spark hands a task 10,000 rows that may hold thousands of partition values: one take for the batch and a
+    zero-copy slice per partition (a take per partition cost 4x the CPU: 50 ms against 12 ms for 2,500 values).
+    The slices lie back to back in one buffer; an open file gets a compact copy (a slice would pin its batch)."""
+    import numpy as np
+
+    from mpcommit.formats.partitioning import _compact
+
+    ids = np.arange(10_000, dtype=np.int64)
+    batch = pa.record_batch({"id": ids, "p": (ids % 2_500).astype(np.int32)})
+    cache: dict = {}
+    groups = split_batch(batch, ["p"], paths=cache)
+    assert [path for path, _ in groups] == [f"p={v}" for v in range(2_500)]
+    assert all(rows.column(0).to_pylist() == list(range(v, 10_000, 2_500)) for v, (_, rows) in enumerate(groups))
+    starts = [rows.column(0).buffers()[1].address + rows.column(0).offset * 8 for _, rows in groups]
+    assert starts == [starts[0] + 4 * 8 * g for g in range(2_500)], "each partition's rows from one reordered batch"
+    assert len(cache) == 2_500 and split_batch(batch, ["p"], paths=cache)[7][0] == "p=7"
+    one = _compact(groups[1][1])
+    assert one.column(0).to_pylist() == [1, 2_501, 5_001, 7_501] and one.column(0).buffers()[1].size < 64
+
+
 def test_partition_columns_resolve_like_spark() -> None:
     assert resolve_partition_columns(SCHEMA, None) == ()
     assert resolve_partition_columns(SCHEMA, "country") == ("country",)
