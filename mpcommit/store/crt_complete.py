@@ -23,6 +23,7 @@ awscrt is a dependency, but a wheel may be missing for a platform: without it th
 from __future__ import annotations
 
 import concurrent.futures
+import datetime
 import hashlib
 import io
 import logging
@@ -207,18 +208,24 @@ class CrtCompleter:
                 self._signing_key = signing_key
         return self._provider
 
-    def _signed(self, path: str, host: _Host, body: bytes) -> Any:
-        headers = [("Host", host.host_header), ("User-Agent", self.user_agent), ("Content-Length", str(len(body)))]
+    def signed_request(self, path: str, host_header: str, body: bytes, *, date: datetime.datetime | None = None) -> Any:
+        """The request for ``path`` (key and query, encoded) with ``body``, signed as botocore's S3 signer signs
+        it: the same headers signed (Host, X-Amz-Content-SHA256, X-Amz-Date, the owner and the session token
+        when there are any; not User-Agent), so the same signature for the same instant."""
+        headers = [("Host", host_header), ("User-Agent", self.user_agent)]
         if self._owner:
             headers.append(("x-amz-expected-bucket-owner", self._owner))
         request = crt_http.HttpRequest("POST", path, crt_http.HttpHeaders(headers), io.BytesIO(body))
         config = crt_auth.AwsSigningConfig(
-            credentials_provider=self._credentials_provider(), region=self._region, service="s3",
+            credentials_provider=self._credentials_provider(), region=self._region, service="s3", date=date,
             # S3's rules, as botocore's S3 signer applies them: the path is encoded once and not normalised.
             use_double_uri_encode=False, should_normalize_uri_path=False,
             signed_body_value=hashlib.sha256(body).hexdigest(),
             signed_body_header_type=crt_auth.AwsSignedBodyHeaderType.X_AMZ_CONTENT_SHA_256)
-        return crt_auth.aws_sign_request(request, config).result()
+        signed = crt_auth.aws_sign_request(request, config).result()
+        # Added after signing: botocore does not sign it either (it sets it when the request is prepared).
+        signed.headers.add("Content-Length", str(len(body)))
+        return signed
 
     def complete(self, bucket: str, key: str, upload_id: str, parts: Sequence[Any]) -> str:
         """One CompleteMultipartUpload; returns the ETag. Raises the botocore exception botocore would have."""
@@ -226,7 +233,7 @@ class CrtCompleter:
         tail = key_and_query(key, upload_id)
         url = base + tail
         body = complete_body(parts)
-        request = self._signed(base_path + tail, host, body)
+        request = self.signed_request(base_path + tail, host.host_header, body)
         connection = host.take(url)
         chunks: list[bytes] = []
         try:
