@@ -243,7 +243,9 @@ class CrtCompleter:
         except concurrent.futures.TimeoutError as exc:
             connection.close()  # the answer may still come: this connection can carry nothing else
             raise ReadTimeoutError(endpoint_url=url, error=exc) from exc
-        except (AwsCrtError, OSError) as exc:
+        except (AwsCrtError, RuntimeError, OSError) as exc:
+            # AwsCrtError from the stream; RuntimeError is how the binding refuses a stream on a connection that
+            # closed since it was taken (e.g. AWS_ERROR_HTTP_CONNECTION_CLOSED): a dropped connection, retried.
             connection.close()
             raise ConnectionClosedError(endpoint_url=url, error=exc) from exc
         host.give_back(connection)
