@@ -75,9 +75,24 @@ def key_base_url(client: Any, bucket: str, owner: str | None) -> str:
     return path[: -len(_PROBE)]
 
 
+def _ascii_quoting(safe: str) -> dict[int, str]:
+    """A str.translate table doing for ASCII text what ``quote(text, safe=safe)`` does."""
+    return {c: quote(chr(c), safe=safe) for c in range(128)}
+
+
+_KEY_QUOTING = _ascii_quoting("/~")
+_QUERY_QUOTING = _ascii_quoting("~")
+
+
+def _quote(text: str, safe: str, table: dict[int, str]) -> str:
+    # urllib's quote walks the text byte by byte in Python: a quarter of this request's CPU on 70-character keys.
+    # str.translate does the same in C for ASCII, which almost every key is.
+    return text.translate(table) if text.isascii() else quote(text, safe=safe)
+
+
 def key_and_query(key: str, upload_id: str) -> str:
     """What follows the key base URL: the key and the upload id, encoded as botocore encodes them for S3."""
-    return f"{quote(key, safe='/~')}?uploadId={quote(upload_id, safe='~')}"
+    return f"{_quote(key, '/~', _KEY_QUOTING)}?uploadId={_quote(upload_id, '~', _QUERY_QUOTING)}"
 
 
 def etag_from_answer(status: int, data: bytes) -> str:

@@ -37,6 +37,14 @@ def _store(path: str, monkeypatch: pytest.MonkeyPatch, **kw: Any) -> S3Store:
                              secret_access_key="wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", retry=FAST, **kw))
 
 
+def test_keys_and_upload_ids_are_encoded_as_urllib_quote_encodes_them():
+    from urllib.parse import quote
+
+    every_ascii = "".join(chr(c) for c in range(128))
+    for key in [every_ascii, "t/dt=2024-01-01/part-00000-x.c000.parquet", "é/ü", "a\u2028b", ""] + KEYS:
+        assert key_and_query(key, key) == f"{quote(key, safe='/~')}?uploadId={quote(key, safe='~')}"
+
+
 # ---------------------------------------------------------------- the signature: botocore's, byte for byte
 @pytest.mark.parametrize("key", KEYS)
 @pytest.mark.parametrize("options", [
