@@ -7,7 +7,7 @@ key, upload id, parts) to the stub, untimed; the timed part is ``Job.commit`` (j
 leftovers, ``_SUCCESS``, cleanup) or the bare loop over the same uploads. Client CPU is this process's CPU
 (user + system, plus that of child processes in the multi-process variants) during the timed part.
 
-    python -m bench.bench_commit_scale cpu --files 10000 --repeats 10
+    python -m bench.bench_commit_scale cpu --files 10000 --repeats 10 --variants commit-botocore commit bare
     python -m bench.bench_commit_scale memory --files 1000 10000 100000
 """
 
@@ -169,8 +169,10 @@ def run_cpu(args: argparse.Namespace) -> dict[str, Any]:
             log(f"{files:,} files: {len(schedule)} runs ({', '.join(variants)}), ABBA")
             for repeat, variant in schedule:
                 processes = int(variant.split("-p")[1]) if "-p" in variant else 1
-                # "commit-boto3": the commit with every request through boto3 (the lean complete path off).
-                lean = "0" if variant == "commit-boto3" else "1"
+                # "commit-boto3": the commit with every request through boto3 (the lean complete path off);
+                # "commit-botocore": completes signed by botocore and sent on urllib3 (mpcommit.store.lean);
+                # "commit": the default, through the AWS CRT (mpcommit.store.crt_complete).
+                lean = {"commit-boto3": "0", "commit-botocore": "botocore"}.get(variant.split("-p")[0], "1")
                 os.environ["MPCOMMIT_LEAN_COMPLETE"] = lean
                 prep = prepare(endpoint, files, processes=processes, keep_uploads=variant == "bare",
                                setup_endpoint=stub.endpoint)
@@ -204,6 +206,12 @@ def run_cpu(args: argparse.Namespace) -> dict[str, Any]:
                         r = ratio_spread([x[measure] for x in runs[v]], [x[measure] for x in runs["bare"]])
                         size["ratios"][f"{v}/bare {measure}"] = r
                         log(f"  {v}/bare {measure}: {describe_ratio(r)}")
+            if "commit-botocore" in variants:  # the CRT path against the botocore lean path it replaces
+                for v in variants:
+                    if v.startswith("commit") and v != "commit-botocore":
+                        r = ratio_spread([x["cpu_s"] for x in runs[v]], [x["cpu_s"] for x in runs["commit-botocore"]])
+                        size["ratios"][f"{v}/commit-botocore cpu_s"] = r
+                        log(f"  {v}/commit-botocore cpu_s: {describe_ratio(r)}")
             out["sizes"][str(files)] = size
         return out
     finally:

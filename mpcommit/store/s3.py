@@ -33,6 +33,7 @@ from ..errors import (
 )
 from ..options import S3Options
 from .errors import translate
+from .crt_complete import CrtCompleter, crt_available
 from .lean import LeanCompleter, lean_available
 from .listing import ListedPage, PageSequence, round_trips_unencoded
 from .retry import call_with_retry
@@ -46,7 +47,9 @@ _NO_OWNER_CHECK = {"list_buckets", "create_bucket"}
 # Server-side copies also check the owner of the bucket they read from (ExpectedSourceBucketOwner).
 _COPY_OPERATIONS = {"copy_object", "upload_part_copy"}
 DELETE_BATCH = 1000  # DeleteObjects takes at most 1,000 keys
-#: Set to "0" to send CompleteMultipartUpload through boto3 like every other request (see mpcommit.store.lean).
+#: How CompleteMultipartUpload is sent where the lean path may be used: "0" through boto3 like every other
+#: request; "botocore" signed by botocore and sent on urllib3 (mpcommit.store.lean); otherwise through the AWS
+#: CRT (mpcommit.store.crt_complete), or the botocore lean path when awscrt cannot be imported.
 LEAN_COMPLETE_ENV = "MPCOMMIT_LEAN_COMPLETE"
 
 
@@ -112,7 +115,7 @@ class S3Store:
         if client is None:
             client, self._credentials, self._ca_bundle = _make_client_and_credentials(options)
         self._client = client
-        self._lean: LeanCompleter | None = None
+        self._lean: LeanCompleter | CrtCompleter | None = None
         self._lean_checked = False
         self._counts: Counter[str] = Counter()
         self._count_lock = threading.Lock()
@@ -215,7 +218,7 @@ class S3Store:
     def complete_multipart_upload(self, bucket: str, key: str, upload_id: str, parts: Sequence[CompletedPart]) -> str:
         lean = self._lean_completer()
         if lean is not None:
-            # The job commit's one request per file: signed by botocore's signer, without its per-call machinery.
+            # The job commit's one request per file, without botocore's per-call machinery (same errors, retries).
             return str(self._send("complete_multipart_upload", lambda: lean.complete(bucket, key, upload_id, parts),
                                   bucket=bucket, key=key))
         listed = []
@@ -230,16 +233,19 @@ class S3Store:
         )
         return str(response.get("ETag", ""))
 
-    def _lean_completer(self) -> LeanCompleter | None:
-        """The lean complete path (:mod:`mpcommit.store.lean`) when it is equivalent to the client's: the store
-        made its client (credentials known), no proxy is set, and MPCOMMIT_LEAN_COMPLETE is not "0"."""
+    def _lean_completer(self) -> LeanCompleter | CrtCompleter | None:
+        """The lean complete path when it is equivalent to the client's: the store made its client (credentials
+        known), no proxy is set, and MPCOMMIT_LEAN_COMPLETE is not "0". Through the AWS CRT
+        (:mod:`mpcommit.store.crt_complete`) when awscrt imports and MPCOMMIT_LEAN_COMPLETE is not "botocore",
+        else botocore's signer on urllib3 (:mod:`mpcommit.store.lean`)."""
         if not self._lean_checked:
             with self._unencoded_lock:
                 if not self._lean_checked:
-                    if (self._credentials is not None and os.environ.get(LEAN_COMPLETE_ENV, "1") != "0"
-                            and lean_available(self._client)):
+                    choice = os.environ.get(LEAN_COMPLETE_ENV, "1")
+                    if self._credentials is not None and choice != "0" and lean_available(self._client):
                         opts = self.options
-                        self._lean = LeanCompleter(
+                        completer = CrtCompleter if choice != "botocore" and crt_available() else LeanCompleter
+                        self._lean = completer(
                             self._client, self._credentials, max_connections=opts.max_pool_connections,
                             connect_timeout=opts.connect_timeout, read_timeout=opts.read_timeout,
                             expected_bucket_owner=opts.expected_bucket_owner, ca_bundle=self._ca_bundle)

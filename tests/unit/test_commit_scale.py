@@ -182,12 +182,18 @@ def test_referenced_manifests_are_read_ahead_in_parallel_within_bounds(monkeypat
         assert concurrent_max >= 2  # read in parallel
 
 
-def test_the_lean_path_verifies_tls_with_the_configured_ca_bundle(stub, monkeypatch, tmp_path):
+@pytest.mark.parametrize("path", ["crt", "botocore"])
+def test_the_lean_path_verifies_tls_with_the_configured_ca_bundle(stub, monkeypatch, tmp_path, path):
+    monkeypatch.setenv("MPCOMMIT_LEAN_COMPLETE", path)
     bundle = tmp_path / "ca.pem"
     bundle.write_text("")
+
+    def ca_certs(lean) -> str:
+        return lean.ca_bundle if path == "crt" else lean._pool.connection_pool_kw["ca_certs"]
+
     monkeypatch.setenv("AWS_CA_BUNDLE", str(bundle))
     lean = S3Store(_options(stub))._lean_completer()
-    assert lean is not None and lean._pool.connection_pool_kw["ca_certs"] == str(bundle)
+    assert lean is not None and ca_certs(lean) == str(bundle)
     monkeypatch.delenv("AWS_CA_BUNDLE")
     lean = S3Store(_options(stub))._lean_completer()
-    assert lean is not None and lean._pool.connection_pool_kw["ca_certs"] != str(bundle)
+    assert lean is not None and ca_certs(lean) != str(bundle)
