@@ -206,8 +206,10 @@ def test_parquet_with_every_dictionary_kept_and_no_rows() -> None:
     assert rows == 0 and pq.read_table(pa.BufferReader(empty)).schema.equals(batch.schema)
 
 
-@pytest.mark.parametrize("distinct", [1, 10, 1_000, 20_000, 131_072])
-@pytest.mark.parametrize("dtype", ["int64", "int32", "int16", "float64", "float32"])
+@pytest.mark.parametrize(("distinct", "dtype"), [
+    (d, t) for d in (1, 10, 1_000, 20_000, 131_072) for t in ("int64", "int32", "int16", "float64", "float32")
+    if not (t == "int16" and d > 32_767)  # more distinct values than an int16 holds
+])
 def test_parquet_distinct_estimate_is_within_three_percent(distinct: int, dtype: str) -> None:
     import numpy as np
 
@@ -215,8 +217,6 @@ def test_parquet_distinct_estimate_is_within_three_percent(distinct: int, dtype:
 
     rng = np.random.default_rng(distinct)
     values = rng.permutation(np.arange(131_072) % distinct).astype(dtype)
-    if dtype.startswith("int") and distinct > np.iinfo(dtype).max:
-        pytest.skip("more distinct values than the type holds")
     column = pa.chunked_array([pa.array(values)])
     exact = len(np.unique(values))
     assert abs(_distinct_estimate(column, np.dtype(dtype).itemsize) - exact) <= max(1, 0.03 * exact)
