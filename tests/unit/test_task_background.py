@@ -17,10 +17,16 @@ from mpcommit.sizing import MiB
 class SlowStore:
     """Every request takes ``delay`` seconds; counts requests in flight, bytes of parts in flight, and uploads."""
 
-    def __init__(self, delay=0.03, fail_key_suffix=None):
+    def __init__(self, delay=0.03, fail_key_suffix=None, gather=0):
         self.delay = delay
         self.fail_key_suffix = fail_key_suffix
         self.lock = threading.Lock()
+        # ``gather``: hold the first parts until that many requests are in flight (2 s at most, once): whether
+        # the writer *can* keep that many going is then shown whatever the machine's scheduling; a writer that
+        # sends one at a time leaves the first part waiting out the 2 s alone.
+        self.gather = gather
+        self.gathered = threading.Condition(self.lock)
+        self.gate_open = not gather
         self.inflight = self.max_inflight = 0
         self.part_bytes = self.max_part_bytes = 0
         self.created = {}
@@ -29,12 +35,17 @@ class SlowStore:
         self.objects = {}
         self.n = 0
 
-    def _enter(self, nbytes=0):
-        with self.lock:
+    def _enter(self, nbytes=0, gate=False):
+        with self.gathered:
             self.inflight += 1
             self.part_bytes += nbytes
             self.max_inflight = max(self.max_inflight, self.inflight)
             self.max_part_bytes = max(self.max_part_bytes, self.part_bytes)
+            if gate and not self.gate_open:
+                self.gathered.notify_all()
+                self.gathered.wait_for(lambda: self.gate_open or self.inflight >= self.gather, timeout=2)
+                self.gate_open = True
+                self.gathered.notify_all()
 
     def _leave(self, nbytes=0):
         with self.lock:
@@ -54,7 +65,7 @@ class SlowStore:
             self._leave()
 
     def upload_part(self, bucket, key, upload_id, number, body, crc32):
-        self._enter(len(body))
+        self._enter(len(body), gate=True)  # parts go on the pool's threads; the task's own thread goes on
         try:
             time.sleep(self.delay)
             if self.fail_key_suffix and key.endswith(self.fail_key_suffix):
@@ -92,7 +103,7 @@ def write_files(task, n, size, *, background):
 
 
 def test_background_files_overlap_their_round_trips():
-    store = SlowStore()
+    store = SlowStore(gather=4)
     with spec().task(0, store=store) as task:
         write_files(task, 40, 100_000, background=True)
         result = task.commit()
