@@ -99,7 +99,8 @@ class Prepared:
 
 
 def prepare(endpoint: str, files: int, *, parts: int = 1, processes: int = 1, keep_uploads: bool = True,
-            prefix: str | None = None, referenced: bool = False, setup_endpoint: str | None = None) -> Prepared:
+            prefix: str | None = None, referenced: bool = False, setup_endpoint: str | None = None,
+            progress: Any = None) -> Prepared:
     """A fresh job whose tasks left ``files`` uploads of ``parts`` parts each, manifests written to the stub.
     ``referenced``: every task result names its manifest instead of carrying it (as large ones do), so that
     the commit reads them all from the store. ``setup_endpoint``: where the untimed set-up writes the
@@ -112,7 +113,7 @@ def prepare(endpoint: str, files: int, *, parts: int = 1, processes: int = 1, ke
     store = S3Store(s3_options(endpoint))
     setup = S3Store(s3_options(setup_endpoint)) if setup_endpoint else store
     uri = f"s3://{BUCKET}/{prefix or 't-' + uuid.uuid4().hex[:8]}"
-    job = Job.create(uri, mode="append", s3=store.options, store=store, commit_threads=THREADS,
+    job = Job.create(uri, mode="append", s3=store.options, store=store, commit_threads=THREADS, progress=progress,
                      **({"commit_processes": processes} if processes > 1 else {}))
     dest = job.destination
     results, bare = [], []
