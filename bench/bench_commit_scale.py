@@ -283,7 +283,8 @@ def run_cpu(args: argparse.Namespace) -> dict[str, Any]:
                     run["max_in_flight"] = stats.get("max_in_flight")
                     run["requests"] = {op: int(v["requests"]) for op, v in stats["ops"].items()}
                 runs[variant].append(run)
-                records.run(variant=variant, files=files, pair=repeat, timings=timings, retried=retried, **run)
+                records.run(variant=variant, files=files, pair=repeat, timings=timings, retried=retried,
+                            **{k: v for k, v in run.items() if k != "network"}, proxy_totals=run.get("network"))
                 log(f"  #{repeat} {variant:10s} wall {run['wall_s']:.2f}s cpu {run['cpu_ms_per_file']:.3f} ms/file "
                     f"({run['files_per_s']:,.0f} files/s, completes {run['completes_per_s'] or 0:,.0f}/s; "
                     f"stub {run['stub_cpu_s']:.1f}s; load {load:.2f}"
