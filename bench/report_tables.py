@@ -345,6 +345,7 @@ def render_commit_scale(sessions: Sessions, runs: Sequence[Run]) -> list[str]:
         threads = _distinct(sessions.get(r["session"], {}).get("threads") for r in rs)
         out += ["", f"**{files:,} files, {NETWORK_LABELS.get(network, network)}, {threads} threads**", ""]
         rows = []
+        rs_ok = [r for r in rs if r.get("outcome", "ok") == "ok"]  # a failed run pairs with nothing
         for v in variants:
             vr = [r for r in rs if r["variant"] == v]
             ok = [r for r in vr if r.get("outcome", "ok") == "ok"]
@@ -353,8 +354,8 @@ def render_commit_scale(sessions: Sessions, runs: Sequence[Run]) -> list[str]:
                 fmt_figure(Summary.of(r["wall_s"] for r in ok)),
                 _num(median(r.get("completes_per_s") for r in ok), 0),
                 fmt_figure(Summary.of(r["cpu_ms_per_file"] for r in ok), lambda x: "–" if x is None else f"{x:.3f}"),
-                fmt_ratio(paired_ratio(ok, v, floor, lambda r: r["cpu_s"])) if floor and v != floor else "–",
-                fmt_ratio(paired_ratio(ok, v, floor, lambda r: r["wall_s"])) if floor and v != floor else "–",
+                fmt_ratio(paired_ratio(rs_ok, v, floor, lambda r: r["cpu_s"])) if floor and v != floor else "–",
+                fmt_ratio(paired_ratio(rs_ok, v, floor, lambda r: r["wall_s"])) if floor and v != floor else "–",
                 _num(median(r.get("slowdowns") for r in vr), 0), _num(median(r.get("retries") for r in vr), 0),
                 _num(median(_ms_per(r.get("proxy_cpu_s"), files) for r in vr), 3),
                 _num(median(_ms_per(r.get("stub_cpu_s"), files) for r in vr), 3),
@@ -383,11 +384,12 @@ def render_commit_rate(sessions: Sessions, runs: Sequence[Run]) -> list[str]:
     for (network, files), rs in sorted(_group(runs, "network", "files").items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
         ok = [r for r in rs if r.get("outcome", "ok") == "ok"]
         rate = median(r.get("completes_per_s") for r in ok)
-        rows.append([network, f"{files:,}", len(rs), len(rs) - len(ok), _num(rate, 0),
+        rows.append([network, f"{files:,}", _distinct(sessions.get(r["session"], {}).get("threads") for r in rs),
+                     len(rs), len(rs) - len(ok), _num(rate, 0),
                      fmt_seconds(median(r["wall_s"] for r in ok)), _num(median(r["cpu_ms_per_file"] for r in ok), 3),
                      _num(median(r.get("slowdowns") for r in rs), 0), _num(median(r.get("retries") for r in rs), 0),
                      "met" if rate is not None and rate >= 3000 else "**missed**"])
-    return ["", *md_table(["network", "files", "runs", "failed", "completes/s (median)", "final time", "client CPU ms/file",
+    return ["", *md_table(["network", "files", "threads", "runs", "failed", "completes/s (median)", "final time", "client CPU ms/file",
                            "503s", "retries", ">= 3,000/s"], rows), "", sessions_line(sessions, runs)]
 
 
