@@ -33,7 +33,6 @@ class Step:
 
 
 def steps() -> tuple[Step, ...]:
-    scratch = str(SCRATCH)
     return (
         Step("peers-raw", ("bench.bench_spark_peers", "--network", "raw", "--check-rows"),
              "80 min", "peers, peer-settings"),
@@ -63,15 +62,15 @@ def steps() -> tuple[Step, ...]:
              "25 min", "driver-memory"),
         Step("compaction-s3-2gib", ("bench.bench_compaction", "--server", "localstack", "--network", "s3",
                                     "--datasets", "json-mixed-2gib", "--repeats", "5",
-                                    "--variants", "multipart,rewrite-equal,rewrite", "--out", f"{scratch}/compaction_2gib.md"),
+                                    "--variants", "multipart,rewrite-equal,rewrite", "--out", "bench/results/scratch/compaction_2gib.md"),
              "30 min", "compaction"),
         Step("compaction-s3-small", ("bench.bench_compaction", "--server", "localstack", "--network", "s3",
                                      "--datasets", "json-mixed,json-large,parquet-mixed", "--repeats", "10",
-                                     "--variants", "multipart,rewrite-equal", "--out", f"{scratch}/compaction_s3.md"),
+                                     "--variants", "multipart,rewrite-equal", "--out", "bench/results/scratch/compaction_s3.md"),
              "8 min", "compaction"),
         Step("compaction-raw-small", ("bench.bench_compaction", "--server", "localstack",
                                       "--datasets", "json-mixed,json-large,parquet-mixed", "--repeats", "10",
-                                      "--variants", "multipart,rewrite-equal", "--out", f"{scratch}/compaction_raw.md"),
+                                      "--variants", "multipart,rewrite-equal", "--out", "bench/results/scratch/compaction_raw.md"),
              "5 min", "compaction"),
         Step("task-s3", ("bench.bench_task_scale", "--network", "s3", "--repeats", "10", "--no-trace",
                          "--variants", "mpcommit,pyarrow", "--name", "scratch/task_scale_s3"),
