@@ -388,9 +388,18 @@ def render_commit_rate(sessions: Sessions, runs: Sequence[Run]) -> list[str]:
                      len(rs), len(rs) - len(ok), _num(rate, 0),
                      fmt_seconds(median(r["wall_s"] for r in ok)), _num(median(r["cpu_ms_per_file"] for r in ok), 3),
                      _num(median(r.get("slowdowns") for r in rs), 0), _num(median(r.get("retries") for r in rs), 0),
-                     "met" if rate is not None and rate >= 3000 else "**missed**"])
+                     _rate_verdict(files, rate, median(r["cpu_ms_per_file"] for r in ok), len(ok) < len(rs))])
     return ["", *md_table(["network", "files", "threads", "runs", "failed", "completes/s (median)", "final time", "client CPU ms/file",
-                           "503s", "retries", ">= 3,000/s"], rows), "", sessions_line(sessions, runs)]
+                           "503s", "retries", "target: >= 3,000/s, <= 0.35 ms/file, no failure"], rows),
+            "", sessions_line(sessions, runs)]
+
+
+def _rate_verdict(files: int, rate: float | None, cpu: float | None, any_failed: bool) -> str:
+    """Item 6's target is judged at its own size (100,000 files); smaller runs only show the rate."""
+    if files < 100_000:
+        return "– (judged at 100,000 files)"
+    met = rate is not None and rate >= 3000 and cpu is not None and cpu <= 0.35 and not any_failed
+    return "met" if met else "**missed**"
 
 
 def render_driver_memory(sessions: Sessions, runs: Sequence[Run]) -> list[str]:
@@ -578,7 +587,8 @@ def splice(text: str, name: str, lines: Sequence[str]) -> str:
     if j < 0:
         raise ValueError(f"BENCHMARKS.md: {start} has no {end}")
     body = "\n".join(lines).strip("\n")
-    return text[: i + len(start)] + "\n" + body + "\n" + text[j:]
+    # Blank lines around the body: a table right after an HTML comment is not a table to every renderer.
+    return text[: i + len(start)] + "\n\n" + body + "\n\n" + text[j:]
 
 
 def regenerate(text: str, generated: Mapping[str, Sequence[str]]) -> str:
