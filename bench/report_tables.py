@@ -433,14 +433,13 @@ def render_driver_memory(sessions: Sessions, runs: Sequence[Run]) -> list[str]:
                 growth.append(f"- {variant}, 10,000 -> {big:,} files: RSS {g_rss:+.1f} MiB, heap {g_heap:+.1f} MiB{verdict}")
     if growth:
         out += ["", "Growth with the files (medians):", "", *growth]
-    sites = [r for r in runs if r.get("sites_at_success")]
-    if sites:
-        top = max(sites, key=lambda r: r.get("files") or 0)
-        out += ["", f"Where the heap is just before `_SUCCESS` is written ({top['variant']}, {top['files']:,} files; "
-                "tracemalloc by allocation site, the 10 largest):", ""]
+    for variant, rs in _group([r for r in runs if r.get("sites_at_success")], "variant").items():
+        top = max(rs, key=lambda r: r.get("files") or 0)
+        out += ["", f"Where the heap is just before `_SUCCESS` is written ({variant[0]}, {top['files']:,} files; "
+                "tracemalloc by allocation site, the 8 largest; `bench_driver_memory.py` is the collected results):", ""]
         out += md_table(["site", "MiB", "blocks", "bytes per file"],
                         [[f"`{s['site']}`", f"{s['mib']:.1f}", f"{s['blocks']:,}", f"{s['mib'] * MiB / top['files']:.0f}"]
-                         for s in top["sites_at_success"][:10]], "lrrr")
+                         for s in top["sites_at_success"][:8]], "lrrr")
     out += [f"- failed: {r.get('variant')} ({r.get('session')}): {r.get('failed')}" for r in failed]
     out += ["", sessions_line(sessions, runs)]
     return out
