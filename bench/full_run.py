@@ -1,7 +1,7 @@
 """Issue 25's full set of benchmark runs, one after another, then BENCHMARKS.md's tables regenerated.
 
     python -m bench.full_run --list                 # the steps, their commands and expected durations
-    python -m bench.full_run                        # everything (about 7.5 h on the 2-core machine; see below)
+    python -m bench.full_run                        # everything (about 8 h on the 2-core machine; see below)
     python -m bench.full_run --only peers-s3,commit-s3-100k
     python -m bench.full_run --records /tmp/rec     # records elsewhere (default bench/results, kept in git)
 
