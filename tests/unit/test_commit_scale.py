@@ -28,15 +28,15 @@ FAST = RetryPolicy(max_attempts=3, initial_delay=0.001, max_delay=0.002)
 
 
 # ---------------------------------------------------------------- retries
-def test_a_request_that_succeeds_sets_up_no_retry_controller(monkeypatch):
+def test_a_request_that_succeeds_sets_up_no_retry_state(monkeypatch):
     built = []
 
-    class Counting(retry_module.Retrying):  # type: ignore[misc]
+    class Counting(retry_module.Attempts):
         def __init__(self, *args, **kwargs):
             built.append(1)
             super().__init__(*args, **kwargs)
 
-    monkeypatch.setattr(retry_module, "Retrying", Counting)
+    monkeypatch.setattr(retry_module, "Attempts", Counting)
     for _ in range(100):
         assert retry_module.call_with_retry(lambda: 7, policy=FAST, describe="op") == 7
     assert built == []
@@ -63,6 +63,35 @@ def test_a_transient_failure_is_retried_counting_the_first_attempt(monkeypatch):
     with pytest.raises(RetriesExhaustedError, match="after 3 attempts"):
         retry_module.call_with_retry(down, policy=FAST, describe="op")
     assert len(calls) == 3  # max_attempts in all, the first one included
+
+    calls.clear()
+    with retry_module.single_attempts(), pytest.raises(TransientStoreError):
+        retry_module.call_with_retry(down, policy=FAST, describe="op")
+    assert len(calls) == 1  # under an adaptive window: the window retries, not the request
+
+
+def test_the_retry_policy_bounds_attempts_and_time_and_backs_off_with_jitter(monkeypatch):
+    policy = RetryPolicy(max_attempts=4, initial_delay=0.1, max_delay=0.3, max_total_seconds=100)
+    failure = TransientStoreError("op failed: 503", operation="op", code="503")
+    attempts = retry_module.Attempts(policy)
+    delays = [attempts.after(failure) for _ in range(3)]
+    assert all(0 <= d <= bound for d, bound in zip(delays, (0.1, 0.2, 0.3)))
+    with pytest.raises(RetriesExhaustedError, match="after 4 attempts"):
+        attempts.after(failure)
+    # Refusals the window answers for are not counted, but still back off and still count against the time.
+    attempts = retry_module.Attempts(policy)
+    for _ in range(10):
+        attempts.after(failure, counted=False)
+    assert attempts.failures == 10
+    for _ in range(3):
+        attempts.after(failure)
+    with pytest.raises(RetriesExhaustedError, match="after 14 attempts"):
+        attempts.after(failure)
+    late = retry_module.Attempts(policy, started=0.0)  # long ago: out of time whatever the count
+    with pytest.raises(RetriesExhaustedError):
+        late.after(failure)
+    with pytest.raises(AccessDeniedError):  # not transient: raised as it is
+        retry_module.Attempts(policy).after(AccessDeniedError("op failed: 403", operation="op", code="403"))
 
 
 # ---------------------------------------------------------------- the lean complete path
