@@ -246,17 +246,19 @@ class _Host:
 class CrtCompleter:
     """CompleteMultipartUpload signed by the CRT's SigV4 signer and sent on CRT connections. Thread-safe.
 
-    ``headers``: the security headers every complete carries (:func:`mpcommit.store.transport.header_fields` of
-    :func:`mpcommit.store.security.security_parameters`).
+    ``security``: the security parameters (:func:`mpcommit.store.security.security_parameters`); ``headers``: the
+    same as the headers every complete carries (:func:`mpcommit.store.transport.header_fields`).
     """
 
     name = "crt"
 
-    def __init__(self, client: Any, credentials: Any, *, headers: Sequence[tuple[str, str]] = (),
+    def __init__(self, client: Any, credentials: Any, *, security: dict[str, str] | None = None,
+                 headers: Sequence[tuple[str, str]] = (),
                  max_connections: int, connect_timeout: float, read_timeout: float, ca_bundle: str | None = None):
         self._client = client
         self._credentials = credentials
         self._region = client.meta.region_name or "us-east-1"
+        self._security = dict(security or {})
         self._headers = list(headers)
         self.read_timeout = read_timeout
         self.max_connections = max_connections
@@ -355,7 +357,7 @@ class CrtCompleter:
     def _base(self, bucket: str) -> tuple[str, str, _Host]:
         found = self._bases.get(bucket)
         if found is None:
-            base = key_base_url(self._client, bucket)
+            base = key_base_url(self._client, bucket, self._security)
             parts = urlsplit(base)
             with self._lock:
                 host_key = (parts.scheme, parts.netloc)

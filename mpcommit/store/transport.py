@@ -100,11 +100,13 @@ def complete_body(parts: Sequence[Any]) -> bytes:
     return "".join(out).encode()
 
 
-def key_base_url(client: Any, bucket: str) -> str:
+def key_base_url(client: Any, bucket: str, security: dict[str, str]) -> str:
     """The URL of ``bucket``'s keys, ending before the key, as botocore's endpoint rules resolve it for the
-    client (addressing style, region, custom endpoint): the path of a presigned URL for a probe key."""
-    url = client.generate_presigned_url("complete_multipart_upload",
-                                        Params={"Bucket": bucket, "Key": _PROBE, "UploadId": "x"}, ExpiresIn=60)
+    client (addressing style, region, custom endpoint): the path of a presigned URL for a probe key. The security
+    parameters go in as on every request the client builds (the URL is never sent)."""
+    url = client.generate_presigned_url(
+        "complete_multipart_upload", Params={"Bucket": bucket, "Key": _PROBE, "UploadId": "x", **security},
+        ExpiresIn=60)
     path = url.split("?", 1)[0]
     if not path.endswith("/" + _PROBE):
         raise RuntimeError(f"unexpected presigned URL shape for bucket {bucket!r}: {path}")
