@@ -81,11 +81,12 @@ class Window:
     Answers are judged a round at a time (as many answers as the window holds: about one round trip). A round
     whose answers came back *fast* -- their mean time within :attr:`FAST` of the fastest round's, so the service
     is not queueing them -- and *clean* (no failure), with the window kept full, grows the window: doubling per
-    round at first (slow start), then by :attr:`step` per round once the service has pushed back. A round slower
-    than :attr:`SLOW` times the fastest shrinks it by a quarter, never below ``initial``: a service that only
-    slows down under load (a local server, a saturated client) keeps the window it started with. A request the
-    service refused as too many (503 SlowDown) halves it, down to ``floor`` -- once per round trip: refusals of
-    requests sent before the last halving are the same overshoot. (TCP's congestion window is the model.)
+    round at first (slow start), then by ``step`` per round (a quarter of ``initial``) once the service has
+    pushed back -- a refusal, or two slow rounds in a row (one is noise). A round slower than :attr:`SLOW` times
+    the fastest shrinks it by a quarter, never below ``initial``: a service that only slows down under load (a
+    local server, a saturated client) keeps the window it started with. A request the service refused as too
+    many (503 SlowDown) halves it, down to ``floor`` -- once per round trip: refusals of requests sent before
+    the last halving are the same overshoot. (TCP's congestion window is the model.)
     """
 
     FAST = 1.5
@@ -95,9 +96,10 @@ class Window:
         self.initial = max(1, initial)
         self.ceiling = max(self.initial, ceiling or self.initial)
         self.floor = max(1, min(floor, self.initial))
-        self.step = step or max(1, self.initial // 8)
+        self.step = step or max(1, self.initial // 4)
         self._limit = float(self.initial)
         self._slow_start = True
+        self._slow_rounds = 0  # slow rounds in a row
         self._cut_at = -math.inf
         self._fastest: float | None = None  # the fastest round's mean answer time so far
         self._round = self._round_full = 0
@@ -145,15 +147,16 @@ class Window:
         if self._fastest is None or mean < self._fastest:
             self._fastest = mean
         fast = mean <= self.FAST * self._fastest
+        self._slow_rounds = 0 if fast else self._slow_rounds + 1
+        if self._slow_rounds >= 2:
+            self._slow_start = False
         if self.ceiling > self.initial or self._limit < self.initial:
             if fast and self._round_clean and 2 * self._round_full >= self._round:
                 grown = self._limit * 2 if self._slow_start else self._limit + self.step
                 self._limit = min(float(self.ceiling), grown)
                 self.peak = max(self.peak, self.limit)
-            elif not fast:
-                self._slow_start = False
-                if mean > self.SLOW * self._fastest and self._limit > self.initial:
-                    self._limit = max(float(self.initial), self._limit * 0.75)
+            elif mean > self.SLOW * self._fastest and self._limit > self.initial:
+                self._limit = max(float(self.initial), self._limit * 0.75)
         self._new_round()
 
     def _new_round(self) -> None:

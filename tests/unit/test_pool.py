@@ -241,6 +241,18 @@ def test_a_window_stops_growing_when_answers_slow_down_and_shrinks_no_lower_than
     assert window.limit == 16  # the commit's threads' worth: what it would have had without a window
 
 
+def test_one_slow_round_is_noise_two_end_the_doubling() -> None:
+    window = Window(8, ceiling=512)
+    _round(window, 0.010)
+    _round(window, 0.020)  # one slow round: held, still doubling after it
+    _round(window, 0.010)
+    assert window.limit == 32
+    _round(window, 0.020)
+    _round(window, 0.020)  # two in a row: the service is pushing back; from here on, a step per round
+    _round(window, 0.010)
+    assert window.limit == 32 + window.step
+
+
 def test_a_window_the_caller_does_not_fill_does_not_grow() -> None:
     window = Window(8, ceiling=512)
     for _ in range(5):
