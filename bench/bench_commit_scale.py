@@ -110,11 +110,13 @@ class Prepared:
 
 def prepare(endpoint: str, files: int, *, parts: int = 1, processes: int = 1, keep_uploads: bool = True,
             prefix: str | None = None, referenced: bool = False, setup_endpoint: str | None = None,
-            progress: Any = None, options: Any = None) -> Prepared:
+            progress: Any = None, options: Any = None, real: bool = False) -> Prepared:
     """A fresh job whose tasks left ``files`` uploads of ``parts`` parts each, manifests written to the stub.
     ``referenced``: every task result names its manifest instead of carrying it (as large ones do), so that
     the commit reads them all from the store. ``setup_endpoint``: where the untimed set-up writes the
-    manifests (the stub itself, when the job's ``endpoint`` is the S3-like network in front of it)."""
+    manifests (the stub itself, when the job's ``endpoint`` is the S3-like network in front of it). ``real``:
+    a real server (LocalStack, moto): each upload is created and given one small part, so that it can be
+    completed."""
     from mpcommit import Job
     from mpcommit.protocol.layout import data_file_name
     from mpcommit.protocol.records.manifest import INLINE_MAX_PARTS, Part, PendingUpload, TaskManifest, TaskResult
@@ -130,13 +132,27 @@ def prepare(endpoint: str, files: int, *, parts: int = 1, processes: int = 1, ke
     n_tasks = max(1, files // FILES_PER_TASK)
     crc = "AAAAAA=="
     part_size = 5 * MiB
+    made: dict[str, tuple[str, str]] = {}
+    if real:  # every upload created with one small part, untimed, side by side
+        client = make_client(setup_endpoint or endpoint)
+        keys = [dest.root + f"dt={i % 10}/" + data_file_name(task_id=t, job_id=job.job_id, file_number=i, ext="bin")
+                for t in range(n_tasks) for i in range(FILES_PER_TASK if files >= FILES_PER_TASK else files)]
+
+        def create(key: str) -> None:
+            uid = client.create_multipart_upload(Bucket=dest.bucket, Key=key, ChecksumAlgorithm="CRC32")["UploadId"]
+            answer = client.upload_part(Bucket=dest.bucket, Key=key, UploadId=uid, PartNumber=1, Body=b"x",
+                                        ChecksumAlgorithm="CRC32")
+            made[key] = (uid, answer["ETag"])
+
+        with ThreadPoolExecutor(16) as pool:
+            list(pool.map(create, keys))
+        crc, part_size, parts = "jNwWgw==", 1, 1  # CRC32 of b"x"
     for t in range(n_tasks):
         per_task = FILES_PER_TASK if files >= FILES_PER_TASK else files
         uploads = []
         for i in range(per_task):
             key = dest.root + f"dt={i % 10}/" + data_file_name(task_id=t, job_id=job.job_id, file_number=i, ext="bin")
-            uid = f"u{t}x{i}x{uuid.uuid4().hex}"
-            etag = '"%032x"' % (t * 1000 + i)
+            uid, etag = made.get(key) or (f"u{t}x{i}x{uuid.uuid4().hex}", '"%032x"' % (t * 1000 + i))
             ps = tuple(Part(n, etag, part_size, crc) for n in range(1, parts + 1))
             uploads.append(PendingUpload(key, uid, ps, part_size * parts, rows=100, partition=f"dt={i % 10}"))
             if keep_uploads:
@@ -222,7 +238,7 @@ def run_one(spec: dict[str, Any]) -> None:
 
         placing.Placer.place_all = recording  # type: ignore[method-assign]
     prep = prepare(spec["endpoint"], files, processes=processes, keep_uploads=variant.startswith("bare"),
-                   setup_endpoint=spec["setup_endpoint"], options=options)
+                   setup_endpoint=spec["setup_endpoint"], options=options, real=bool(spec.get("real")))
     client = make_client(spec["endpoint"]) if variant == "bare" else None
     gc.collect()
     print("READY", flush=True)
@@ -383,6 +399,52 @@ def run_cpu(args: argparse.Namespace) -> dict[str, Any]:
         stub.stop()
 
 
+def run_local(args: argparse.Namespace) -> dict[str, Any]:
+    """The commit against a real local server (LocalStack or moto, its own process): what the adaptive window does
+    where the server, not the network, is the limit -- it must not make small commits or these servers worse."""
+    from .common import start_server
+    from .records import RecordLog
+
+    trees = dict(t.split("=", 1) for t in args.tree)
+    server = start_server(args.server)
+    try:
+        make_client(server.endpoint_url).create_bucket(Bucket=BUCKET)
+        records = RecordLog("commit_local", directory=args.records, server=server.version, threads=THREADS,
+                            files_per_task=FILES_PER_TASK,
+                            trees={name: _tree_state(path) for name, path in trees.items()} or None)
+        out: dict[str, Any] = {"machine": machine_description(), "server": server.version, "runs": []}
+        for files in args.files:
+            for repeat, variant in abba(args.variants, args.repeats):
+                spec = {"variant": variant, "files": files, "endpoint": server.endpoint_url,
+                        "setup_endpoint": server.endpoint_url, "threads": THREADS, "real": True,
+                        "tree": trees.get(variant.split("@", 1)[1]) if "@" in variant else None}
+                sample: dict[str, float] = {}
+
+                def before() -> None:
+                    sample["server"], sample["load"] = server.cpu_seconds(), os.getloadavg()[0]
+
+                def after() -> None:
+                    sample["server"] = server.cpu_seconds() - sample["server"]
+
+                child = run_child(spec, before, after)
+                timings = child.get("timings") or {}
+                run = {"outcome": child["outcome"], "wall_s": child["wall_s"], "cpu_s": child["cpu_s"],
+                       "server_cpu_s": sample["server"], "load": sample["load"],
+                       "cpu_ms_per_file": child["cpu_s"] / files * 1000,
+                       "completes_per_s": files / timings["complete"] if timings.get("complete") else None,
+                       **{k: child[k] for k in ("window_peak", "window_final", "window_halvings", "window_slowdowns")
+                          if k in child}}
+                records.run(variant=variant, files=files, pair=repeat, timings=timings, **run)
+                out["runs"].append({"variant": variant, "files": files, **run})
+                log(f"  #{repeat} {variant:12s} {files:,} files on {args.server}: wall {run['wall_s']:.2f}s, "
+                    f"completes {run['completes_per_s'] or 0:,.0f}/s, client {run['cpu_ms_per_file']:.3f} ms/file, "
+                    f"server {run['server_cpu_s']:.1f}s, window peak {run.get('window_peak', '-')}; "
+                    f"load {sample['load']:.1f}" + ("" if run["outcome"] == "ok" else f"; {run['outcome']}"))
+        return out
+    finally:
+        server.stop()
+
+
 def _tree_state(path: str) -> dict[str, Any]:
     """Which code a ``--tree`` checkout holds (its commit, and whether mpcommit/ has changes there)."""
     from .records import git_state
@@ -501,6 +563,14 @@ def main(argv: list[str] | None = None) -> None:
     mem.add_argument("--files-1000-parts", type=int, nargs="*", default=[100, 1_000])
     mem.add_argument("--processes", type=int, default=1)
     mem.add_argument("--out", default="commit_scale_memory")
+    local = sub.add_parser("local", help="against LocalStack or moto, real uploads")
+    local.add_argument("--server", choices=("localstack", "moto"), default="localstack")
+    local.add_argument("--files", type=int, nargs="+", default=[2_000])
+    local.add_argument("--repeats", type=int, default=3)
+    local.add_argument("--variants", nargs="+", default=["commit", "commit-boto3"])
+    local.add_argument("--tree", action="append", default=[], metavar="NAME=PATH")
+    local.add_argument("--records", default=None)
+    local.add_argument("--out", default="commit_local")
     child = sub.add_parser("run-one")
     child.add_argument("spec")
     one = sub.add_parser("memory-one")
@@ -519,7 +589,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.cmd == "cpu" and args.threads != THREADS:
         globals()["THREADS"] = args.threads
-    data = run_cpu(args) if args.cmd == "cpu" else run_memory(args)
+    data = run_cpu(args) if args.cmd == "cpu" else run_local(args) if args.cmd == "local" else run_memory(args)
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     (RESULTS_DIR / f"{args.out}.json").write_text(json.dumps(data, indent=1, default=str))
     log(f"wrote {RESULTS_DIR / (args.out + '.json')}")

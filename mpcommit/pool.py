@@ -78,19 +78,20 @@ def _outcome(future: Future) -> tuple[Any, BaseException | None]:
 class Window:
     """How many calls may be in flight: fixed, or found from the answers (``ceiling`` above ``initial``).
 
-    Answers are judged a round at a time (as many answers as the window holds: about one round trip). A round
-    whose answers came back *fast* -- their mean time within :attr:`FAST` of the fastest round's, so the service
-    is not queueing them -- and *clean* (no failure), with the window kept full, grows the window: doubling per
-    round at first (slow start), then by ``step`` per round (a quarter of ``initial``) once the service has
-    pushed back -- a refusal, or two slow rounds in a row (one is noise). A round slower than :attr:`SLOW` times
-    the fastest shrinks it by a quarter, never below ``initial``: a service that only slows down under load (a
-    local server, a saturated client) keeps the window it started with. A request the service refused as too
-    many (503 SlowDown) halves it, down to ``floor`` -- once per round trip: refusals of requests sent before
-    the last halving are the same overshoot. (TCP's congestion window is the model.)
+    Answers are judged a round at a time (as many answers as the window holds: about one round trip); the first
+    round only warms up (new connections, a cold server). A round whose answers came back *fast* -- their mean
+    time within :attr:`FAST` of the fastest round's, so the service is not queueing them -- and *clean* (no
+    failure), with the window kept full, grows the window: doubling per round at first (slow start), then by
+    ``step`` per round (a quarter of ``initial``) once the service has pushed back -- a refusal, or two slow
+    rounds in a row (one is noise). A round slower than :attr:`SLOW` times the fastest -- the service queueing
+    what the window added -- shrinks it by a quarter, never below ``initial``: a service that only slows down
+    under load (a local server, a saturated client) keeps about the window it started with. A request the
+    service refused as too many (503 SlowDown) halves it, down to ``floor`` -- once per round trip: refusals of
+    requests sent before the last halving are the same overshoot. (TCP's congestion window is the model.)
     """
 
     FAST = 1.5
-    SLOW = 3.0
+    SLOW = 2.0
 
     def __init__(self, initial: int, *, ceiling: int | None = None, floor: int = 1, step: int | None = None):
         self.initial = max(1, initial)
@@ -105,6 +106,7 @@ class Window:
         self._round = self._round_full = 0
         self._round_seconds = 0.0
         self._round_clean = True
+        self._warm = False  # past the first round
         #: What the window went through, for reports and benchmarks.
         self.peak = self.initial
         self.slowdowns = 0
@@ -144,6 +146,10 @@ class Window:
 
     def _end_round(self) -> None:
         mean = self._round_seconds / self._round
+        if not self._warm:
+            self._warm = True
+            self._new_round()
+            return
         if self._fastest is None or mean < self._fastest:
             self._fastest = mean
         fast = mean <= self.FAST * self._fastest
