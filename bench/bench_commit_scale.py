@@ -22,7 +22,8 @@ adaptive window), ``bare-crt`` (**the floor**: the same completes -- ``S3Store.s
 :class:`mpcommit.pool.Window` and retry policy, from the commit's threads up to ``S3Options.max_completes_in_flight``
 -- and nothing else), ``bare`` (a bare boto3 loop on as many threads as the commit's, kept to show what the CRT
 saves, not a floor), ``commit-boto3`` (the commit with ``complete_transport="boto3"``: completes on threads),
-``commit-pN`` (N worker processes), ``commit@NAME`` (``Job.commit`` with mpcommit imported from the checkout given
+``commit-fixed`` (the window held at the commit's threads: ``max_completes_in_flight`` = 32, what the adaptation
+buys), ``commit-pN`` (N worker processes), ``commit@NAME`` (``Job.commit`` with mpcommit imported from the checkout given
 by ``--tree NAME=PATH``: the comparison with code before a change).
 
 Per run, besides wall time and client CPU: the rate of completes through the one driver (files / the complete
@@ -224,6 +225,8 @@ def run_one(spec: dict[str, Any]) -> None:
     options = None
     if base == "commit-boto3":
         options = dataclasses.replace(s3_options(spec["endpoint"]), complete_transport="boto3")
+    elif base == "commit-fixed":  # the CRT transport with the window held at the commit's threads
+        options = dataclasses.replace(s3_options(spec["endpoint"]), max_completes_in_flight=THREADS)
     windows: list[Any] = []
     if hasattr(mpcommit, "pool"):  # this code's commit keeps its completes' window on the Placer: read it after
         from mpcommit.protocol.commit import placing

@@ -420,6 +420,35 @@ def render_commit_rate(sessions: Sessions, runs: Sequence[Run]) -> list[str]:
             "", sessions_line(sessions, runs)]
 
 
+def render_commit_local(sessions: Sessions, runs: Sequence[Run]) -> list[str]:
+    """The commit against LocalStack or moto with real uploads: the adaptive window where the server is the limit,
+    against the code before it (pairs of one session and round)."""
+    if not runs:
+        return ["", "_No records yet: `python -m bench.bench_commit_scale local --server localstack ...`._"]
+    out: list[str] = []
+    for (server, files), rs in sorted(_group([{**r, "server": sessions.get(r["session"], {}).get("server")}
+                                              for r in runs], "server", "files").items(), key=lambda kv: str(kv[0])):
+        variants = list(dict.fromkeys(r["variant"] for r in rs))
+        base = next((v for v in variants if "@" in v), None)
+        ok = [r for r in rs if r.get("outcome", "ok") == "ok"]
+        rows = []
+        for v in variants:
+            vr = [r for r in rs if r["variant"] == v]
+            vok = [r for r in vr if r.get("outcome", "ok") == "ok"]
+            rows.append([_commit_label(v, sessions, rs), f"{len(vr)}" + (f" ({len(vr) - len(vok)} failed)" if len(vok) < len(vr) else ""),
+                         fmt_figure(Summary.of(r["wall_s"] for r in vok)),
+                         fmt_figure(Summary.of(r.get("completes_per_s") for r in vok), lambda x: "–" if x is None else f"{x:,.0f}"),
+                         fmt_ratio(paired_ratio(ok, v, base, lambda r: r["wall_s"])) if base and v != base else "–",
+                         _num(median(r["cpu_ms_per_file"] for r in vok), 3),
+                         _num(median(_ms_per(r.get("server_cpu_s"), files) for r in vok), 3),
+                         _num(median(r.get("window_peak") for r in vr), 0), _num(median(r.get("window_final") for r in vr), 0)])
+        out += ["", f"**{files:,} files on {server}, real uploads**", ""]
+        out += md_table(["variant", "runs", "wall (median)", "completes/s (median)", f"÷ `{base}`, wall" if base else "÷",
+                         "client CPU ms/file", "server CPU ms/file", "window peak", "window at the end"], rows)
+        out += ["", sessions_line(sessions, rs)]
+    return out
+
+
 def _rate_verdict(files: int, rate: float | None, cpu: float | None, any_failed: bool) -> str:
     """Item 6's target is judged at its own size (100,000 files); smaller runs only show the rate."""
     if files < 100_000:
@@ -579,6 +608,7 @@ TABLES: tuple[Table, ...] = (
     Table("peer-settings", "peers", render_peer_settings),
     Table("commit-scale", "commit_scale", render_commit_scale),
     Table("commit-rate", "commit_scale", render_commit_rate),
+    Table("commit-local", "commit_local", render_commit_local),
     Table("driver-memory", "driver_memory", render_driver_memory),
     Table("compaction", "compaction", render_compaction),
     Table("task-scale", "task_scale", render_task_scale),

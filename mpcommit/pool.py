@@ -81,19 +81,23 @@ class Window:
     Answers are judged a round at a time (as many answers as the window holds: about one round trip); the first
     round only warms up (new connections, a cold server). A round whose answers came back *fast* -- their mean
     time within :attr:`FAST` of the fastest round's, so the service is not queueing them -- and *clean* (no
-    failure), with the window kept full, grows the window: doubling per round at first (slow start), then by
-    ``step`` per round (a quarter of ``initial``) once the service has pushed back -- a refusal, or two slow
-    rounds in a row (one is noise). A round slower than :attr:`SLOW` times the fastest -- the service queueing
-    what the window added -- shrinks it by a quarter, never below ``initial``: a service that only slows down
-    under load (a local server, a saturated client) keeps about the window it started with. A request the
-    service refused as too many (503 SlowDown) halves it, down to ``floor`` -- once per round trip: refusals of
-    requests sent before the last halving are the same overshoot. (TCP's congestion window is the model.)
+    failure), with the window kept full, grows the window: doubling per round at first (slow start), as long as
+    each doubling brings :attr:`GAIN` more answers per second -- when it does not, the service was already
+    answering all it could, and the window goes back to what it was -- then by ``step`` per round (a quarter of
+    ``initial``). Slow start also ends on a refusal, or two slow rounds in a row (one is noise). A round slower
+    than :attr:`SLOW` times the fastest -- the service queueing what the window added -- shrinks it by a quarter,
+    never below ``initial``: a service that only slows down under load (a local server, a saturated client)
+    keeps about the window it started with. A request the service refused as too many (503 SlowDown) halves it,
+    down to ``floor`` -- once per round trip: refusals of requests sent before the last halving are the same
+    overshoot. (TCP's congestion window is the model; the rate check is its "hybrid slow start".)
     """
 
     FAST = 1.5
     SLOW = 2.0
+    GAIN = 1.25
 
-    def __init__(self, initial: int, *, ceiling: int | None = None, floor: int = 1, step: int | None = None):
+    def __init__(self, initial: int, *, ceiling: int | None = None, floor: int = 1, step: int | None = None,
+                 clock: Callable[[], float] = time.monotonic):
         self.initial = max(1, initial)
         self.ceiling = max(self.initial, ceiling or self.initial)
         self.floor = max(1, min(floor, self.initial))
@@ -103,10 +107,14 @@ class Window:
         self._slow_rounds = 0  # slow rounds in a row
         self._cut_at = -math.inf
         self._fastest: float | None = None  # the fastest round's mean answer time so far
+        self._clock = clock
         self._round = self._round_full = 0
         self._round_seconds = 0.0
         self._round_clean = True
+        self._round_started = clock()
         self._warm = False  # past the first round
+        self._last_rate: float | None = None  # answers per second of the last round
+        self._doubled_from: float | None = None  # the window before the last doubling, while it is judged
         #: What the window went through, for reports and benchmarks.
         self.peak = self.initial
         self.slowdowns = 0
@@ -146,8 +154,18 @@ class Window:
 
     def _end_round(self) -> None:
         mean = self._round_seconds / self._round
+        elapsed = self._clock() - self._round_started
+        rate = self._round / elapsed if elapsed > 0 else math.inf
         if not self._warm:
             self._warm = True
+            self._new_round()
+            return
+        last_rate, self._last_rate = self._last_rate, rate
+        doubled_from, self._doubled_from = self._doubled_from, None
+        if self._slow_start and doubled_from is not None and last_rate is not None and rate < self.GAIN * last_rate:
+            # Twice the requests in flight, hardly more answered: the service was busy already. Back, and on by steps.
+            self._limit = doubled_from
+            self._slow_start = False
             self._new_round()
             return
         if self._fastest is None or mean < self._fastest:
@@ -158,6 +176,8 @@ class Window:
             self._slow_start = False
         if self.ceiling > self.initial or self._limit < self.initial:
             if fast and self._round_clean and 2 * self._round_full >= self._round:
+                if self._slow_start:
+                    self._doubled_from = self._limit
                 grown = self._limit * 2 if self._slow_start else self._limit + self.step
                 self._limit = min(float(self.ceiling), grown)
                 self.peak = max(self.peak, self.limit)
@@ -169,6 +189,7 @@ class Window:
         self._round = self._round_full = 0
         self._round_seconds = 0.0
         self._round_clean = True
+        self._round_started = self._clock()
 
 
 class Retries(Protocol):

@@ -184,20 +184,31 @@ def test_a_failure_on_threads_stops_submitting_and_is_raised_after_in_flight_wor
 from mpcommit.pool import Window, run_windowed  # noqa: E402
 
 
-def _round(window: Window, seconds: float, *, full: bool = True) -> None:
-    for _ in range(window.limit):
-        window.answered(seconds, full=full)
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
 
 
-def _warm(window: Window) -> Window:
-    """The first round only warms up (new connections, a cold server): however slow, it decides nothing."""
-    _round(window, 9.9)
+def _window(initial: int, **kw) -> Window:
+    window = Window(initial, clock=_Clock(), **kw)
+    _round(window, 9.9)  # the first round only warms up (new connections, a cold server): it decides nothing
     assert window.limit == window.initial
     return window
 
 
+def _round(window: Window, seconds: float, *, took: float | None = None, full: bool = True) -> None:
+    """One round: as many answers as the window holds, each after ``seconds``, the last of them ``took`` after
+    the round began (by default one round trip: a service that answers everything sent in the time it takes)."""
+    window._clock.now += seconds if took is None else took
+    for _ in range(window.limit):
+        window.answered(seconds, full=full)
+
+
 def test_a_window_doubles_per_round_while_answers_are_fast_up_to_its_ceiling() -> None:
-    window = _warm(Window(4, ceiling=50))
+    window = _window(4, ceiling=50)
     sizes = [window.limit]
     for _ in range(6):
         _round(window, 0.08)
@@ -206,8 +217,21 @@ def test_a_window_doubles_per_round_while_answers_are_fast_up_to_its_ceiling() -
     assert window.peak == 50
 
 
+def test_a_doubling_that_brings_no_more_answers_per_second_is_taken_back() -> None:
+    """A busy service (LocalStack on two cores): twice the requests in flight take twice as long each, the same
+    number answered per second. The window goes back to its start and grows no faster than by steps after."""
+    window = _window(32, ceiling=512)
+    _round(window, 0.032)  # 1,000 answers/s at 32
+    assert window.limit == 64
+    _round(window, 0.064)  # 64 in flight: each twice as long, still 1,000/s
+    assert window.limit == 32
+    _round(window, 0.032)
+    assert window.limit == 32 + window.step  # no more doubling
+    assert window.peak == 64
+
+
 def test_a_fixed_window_never_grows_but_still_halves_when_refused_and_recovers() -> None:
-    window = Window(8)
+    window = _window(8)
     _round(window, 0.01)
     assert window.limit == 8
     window.slowed(time.monotonic())
@@ -218,7 +242,7 @@ def test_a_fixed_window_never_grows_but_still_halves_when_refused_and_recovers()
 
 
 def test_a_refusal_halves_once_per_round_trip_and_growth_is_then_additive() -> None:
-    window = _warm(Window(32, ceiling=512))
+    window = _window(32, ceiling=512)
     _round(window, 0.08)
     assert window.limit == 64
     window.slowed(10.0, now=10.1)
@@ -234,7 +258,7 @@ def test_a_refusal_halves_once_per_round_trip_and_growth_is_then_additive() -> N
 
 
 def test_a_window_stops_growing_when_answers_slow_down_and_shrinks_no_lower_than_it_started() -> None:
-    window = _warm(Window(16, ceiling=512))
+    window = _window(16, ceiling=512)
     _round(window, 0.010)  # the fastest round
     assert window.limit == 32
     _round(window, 0.014)  # within 1.5x: still fast
@@ -249,19 +273,19 @@ def test_a_window_stops_growing_when_answers_slow_down_and_shrinks_no_lower_than
 
 
 def test_one_slow_round_is_noise_two_end_the_doubling() -> None:
-    window = _warm(Window(8, ceiling=512))
+    window = _window(8, ceiling=512)
     _round(window, 0.010)
-    _round(window, 0.018)  # one slow round: held, still doubling after it
+    _round(window, 0.018, took=0.005)  # one slow round (answered at twice the rate): held, still doubling after
     _round(window, 0.010)
     assert window.limit == 32
-    _round(window, 0.018)
-    _round(window, 0.018)  # two in a row: the service is pushing back; from here on, a step per round
+    _round(window, 0.018, took=0.005)
+    _round(window, 0.018, took=0.005)  # two in a row: the service is pushing back; from here on, a step per round
     _round(window, 0.010)
     assert window.limit == 32 + window.step
 
 
 def test_a_window_the_caller_does_not_fill_does_not_grow() -> None:
-    window = Window(8, ceiling=512)
+    window = _window(8, ceiling=512)
     for _ in range(5):
         _round(window, 0.01, full=False)
     assert window.limit == 8
