@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..compaction.planner import MergePolicy
 from ..errors import SparkWriterError, UsageError
-from ..formats import FORMATS, make_format
+from ..formats import FORMATS
 from ..formats.base import TEXT_COMPRESSION
 from ..formats.parquet import PARQUET_COMPRESSION
 from ..formats.partitioning import DEFAULT_MAX_OPEN_WRITERS
@@ -100,7 +100,7 @@ def writer(
     existing table), ``max_open_writers``, ``commit_threads``, ``writer_settings`` (multipart sizing) and
     ``overwrite_bucket_root`` (allow an overwrite of a whole bucket, ``s3://bucket``).
     """
-    _check_dataframe(df)
+    _check_dataframe(df, "writer")
     return DataFrameWriter(df, _Settings(s3=s3, merge=merge, table=table, catalog=catalog,
                                          max_open_writers=max_open_writers, commit_threads=commit_threads,
                                          writer_settings=writer_settings, overwrite_bucket_root=overwrite_bucket_root))
@@ -364,24 +364,22 @@ def _take_path(path: Any, options: dict[str, str]) -> str:
 
 
 def _check_codec(fmt: str, options: dict[str, str]) -> None:
-    """A codec neither Spark nor mpcommit knows gets Spark's CODEC_NOT_AVAILABLE; one of Spark's that mpcommit does
-    not write is left to the format, which refuses it by name."""
+    """A codec name neither Spark nor mpcommit knows gets Spark's CODEC_NOT_AVAILABLE -- the short names
+    :func:`~mpcommit.spark.writer.write` also takes (``gz``, ``bz2``, ``zstandard``) included, since Spark refuses
+    them; one of Spark's that mpcommit does not write is left to the format, which refuses it by name."""
     family = "parquet" if fmt == "parquet" else "text"
     for name in ("compression", "codec") if family == "text" else ("compression", "parquet.compression"):
         value = _pop(options, name, keep=True)
         if value is None:
             continue
         folded = value.strip().lower()
-        if folded in SPARK_CODECS[family] or "." in folded:  # a codec class name is Spark's to resolve
-            continue
-        try:
-            make_format(fmt, {"compression": value})
-        except UsageError:
-            raise SparkWriterError(
-                "CODEC_NOT_AVAILABLE.WITH_AVAILABLE_CODECS_SUGGESTION",
-                f"The codec {value} is not available. Available codecs are {', '.join(MPCOMMIT_CODECS[family])} "
-                f"(what mpcommit writes as {fmt}).",
-            ) from None
+        if folded in SPARK_CODECS[family] or folded in MPCOMMIT_CODECS[family] or "." in folded:
+            continue  # (a codec class name is Spark's to resolve)
+        raise SparkWriterError(
+            "CODEC_NOT_AVAILABLE.WITH_AVAILABLE_CODECS_SUGGESTION",
+            f"The codec {value} is not available. Available codecs are {', '.join(MPCOMMIT_CODECS[family])} "
+            f"(what mpcommit writes as {fmt}).",
+        )
 
 
 def _parquet_codec(options: dict[str, str], conf: Callable[[str, str], str]) -> None:

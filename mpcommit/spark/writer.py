@@ -280,9 +280,17 @@ def _local_dir() -> str | None:
 
 
 # ---------------------------------------------------------------- driver helpers
-def _check_dataframe(df: Any) -> None:
-    if not all(hasattr(df, attr) for attr in ("mapInArrow", "schema", "sparkSession")):
-        raise UsageError(f"mpcommit.spark.write takes a PySpark DataFrame, got {type(df).__name__}")
+def _check_dataframe(df: Any, function: str = "write") -> None:
+    """Refuse anything but a PySpark DataFrame (classic or Connect), naming the function called and the type given
+    by its module (a pandas or polars DataFrame is also called DataFrame)."""
+    if all(hasattr(df, attr) for attr in ("mapInArrow", "schema", "sparkSession")):
+        return
+    kind = type(df)
+    name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+    hint = ""
+    if kind.__module__.split(".")[0] in ("pandas", "polars", "pyarrow"):
+        hint = " Make it a Spark DataFrame first: spark.createDataFrame(data)."
+    raise UsageError(f"mpcommit.spark.{function} takes a PySpark DataFrame, got {name}.{hint} Nothing was written.")
 
 
 def _pop_max_records(options: dict[str, Any]) -> int:

@@ -23,7 +23,9 @@ from botocore.exceptions import BotoCoreError, ClientError
 from botocore.handlers import set_list_objects_encoding_type_url
 
 from ..errors import (
+    AccessDeniedError,
     ChecksumMismatchError,
+    InvalidCredentialsError,
     InconsistentListingError,
     NoSuchBucketError,
     NoSuchKeyError,
@@ -306,6 +308,8 @@ class S3Store:
             r = self._call("head_object", bucket=bucket, key=key, Bucket=bucket, Key=key)
         except NoSuchKeyError:
             return None
+        except AccessDeniedError as exc:
+            raise self._why_forbidden(exc, bucket) from exc
         return ObjectInfo(key, int(r.get("ContentLength", 0)), str(r.get("ETag", "")), r.get("LastModified"))
 
     def get_object(self, bucket: str, key: str, *, byte_range: tuple[int, int] | None = None, if_match: str | None = None) -> bytes:
@@ -461,6 +465,22 @@ class S3Store:
                 f"bucket {bucket!r} does not exist: create it, or check the URI and the endpoint "
                 f"({self.endpoint})", operation="head_bucket", code="NoSuchBucket", bucket=bucket,
             ) from exc
+        except AccessDeniedError as exc:
+            raise self._why_forbidden(exc, bucket) from exc
+
+    def _why_forbidden(self, exc: AccessDeniedError, bucket: str) -> StoreError:
+        """A HEAD answered 403 carries no error code, so an unknown access key or a wrong secret reads as a missing
+        permission. One request with a body (a listing of at most one key) tells them apart: its
+        InvalidAccessKeyId or SignatureDoesNotMatch is raised instead; otherwise the HEAD's own error."""
+        if exc.code != "403":
+            return exc
+        try:
+            self._call("list_objects_v2", bucket=bucket, Bucket=bucket, MaxKeys=1)
+        except InvalidCredentialsError as known:
+            return known
+        except StoreError:
+            return exc
+        return exc
 
     def get_lifecycle_rules(self, bucket: str) -> list[dict[str, Any]]:
         try:
@@ -503,8 +523,8 @@ def _make_client_and_credentials(options: S3Options) -> tuple[Any, Any, str | No
     try:
         return _session_client(options)
     except (BotoCoreError, ValueError) as exc:
-        raise UsageError(f"cannot set up an S3 client: {exc} (check --profile/AWS_PROFILE and --endpoint-url/"
-                         "AWS_ENDPOINT_URL)") from exc
+        raise UsageError(f"cannot set up an S3 client: {exc} (check S3Options(profile=...) or AWS_PROFILE, and "
+                         "S3Options(endpoint_url=...) or AWS_ENDPOINT_URL)") from exc
 
 
 def _session_client(options: S3Options) -> tuple[Any, Any, str | None]:
