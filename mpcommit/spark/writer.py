@@ -39,6 +39,7 @@ from ..compaction.planner import MergePolicy
 from ..errors import CommitStateUnknownError, ExecutorEnvironmentError, ProtocolError, UsageError
 from ..formats import make_format
 from ..formats.base import FileFormat
+from ..formats.parquet import ParquetFormat, TimestampType
 from ..formats.partitioning import DEFAULT_MAX_OPEN_WRITERS, PartitionedWriter, data_schema, resolve_partition_columns
 from ..modes import PartitionOverwrite, WriteMode
 from ..options import S3Options, WriterSettings
@@ -137,6 +138,7 @@ def write(
     destination = parse_uri(uri)
     schema = _arrow_schema(df)
     columns = resolve_partition_columns(schema, partition_by)
+    fmt = _with_session_settings(fmt, df, data_schema(schema, columns))
     fmt.check_schema(data_schema(schema, columns))
     check_bucket_root_overwrite(destination, write_mode, overwrite, allowed=overwrite_bucket_root,
                                 partitioned=bool(columns))
@@ -291,6 +293,20 @@ def _check_dataframe(df: Any, function: str = "write") -> None:
     if kind.__module__.split(".")[0] in ("pandas", "polars", "pyarrow"):
         hint = " Make it a Spark DataFrame first: spark.createDataFrame(data)."
     raise UsageError(f"mpcommit.spark.{function} takes a PySpark DataFrame, got {name}.{hint} Nothing was written.")
+
+
+def _with_session_settings(fmt: FileFormat, df: "DataFrame", file_schema: pa.Schema) -> FileFormat:
+    """The format with what Spark's writer takes from the session rather than from options: Parquet's
+    ``spark.sql.parquet.outputTimestampType`` (INT96 unless set)."""
+    if not isinstance(fmt, ParquetFormat):
+        return fmt
+    chosen = TimestampType.parse(str(df.sparkSession.conf.get("spark.sql.parquet.outputTimestampType", "INT96")))
+    fmt = dataclasses.replace(fmt, timestamp_type=chosen)
+    if chosen is TimestampType.INT96 and not fmt.int96_for(file_schema):
+        log.warning("spark.sql.parquet.outputTimestampType is INT96, but the data has TIMESTAMP_NTZ columns, which "
+                    "INT96 cannot hold and pyarrow cannot store beside INT96 ones: every timestamp is written as INT64 "
+                    "microseconds (Spark reads back the same types)")
+    return fmt
 
 
 def _pop_max_records(options: dict[str, Any]) -> int:

@@ -393,3 +393,30 @@ def test_timestamps_are_written_as_spark_writes_them_keeping_microseconds() -> N
     json_data, _ = write_file(make_format("json"), [batch])
     assert csv_data.decode().splitlines()[0] == "2024-03-01T12:30:01.123Z"
     assert json_data.decode().splitlines()[0] == '{"ts":"2024-03-01T12:30:01.123Z"}'
+
+
+def _parquet_columns(fmt, batch):  # noqa: ANN001, ANN202
+    data, _ = write_file(fmt, [batch])
+    meta = pq.read_metadata(pa.BufferReader(data)).schema
+    return {meta.column(i).name: (meta.column(i).physical_type, str(meta.column(i).logical_type))
+            for i in range(len(meta))}, data
+
+
+def test_parquet_timestamp_types_as_sparks_output_timestamp_type() -> None:
+    from mpcommit.formats.parquet import ParquetFormat, TimestampType
+
+    ts = dt.datetime(2024, 3, 1, 12, 30, 1, 123456)
+    zoned = pa.record_batch({"ts": pa.array([ts], pa.timestamp("us", tz="UTC"))})
+    columns, _ = _parquet_columns(ParquetFormat(timestamp_type="int96"), zoned)
+    assert columns["ts"][0] == "INT96"
+    columns, data = _parquet_columns(ParquetFormat(timestamp_type=TimestampType.TIMESTAMP_MILLIS), zoned)
+    assert columns["ts"][0] == "INT64" and "milliseconds" in columns["ts"][1]
+    assert pq.read_table(pa.BufferReader(data)).column("ts")[0].as_py() == ts.replace(microsecond=123000,
+                                                                                       tzinfo=dt.timezone.utc)
+    # INT96 is all or nothing in pyarrow and would make TIMESTAMP_NTZ a zoned timestamp: both stay INT64 then.
+    both = pa.record_batch({"ts": pa.array([ts], pa.timestamp("us", tz="UTC")), "ntz": pa.array([ts], pa.timestamp("us"))})
+    columns, _ = _parquet_columns(ParquetFormat(timestamp_type="INT96"), both)
+    assert [c[0] for c in columns.values()] == ["INT64", "INT64"]
+    assert "isAdjustedToUTC=false" in columns["ntz"][1] and "isAdjustedToUTC=true" in columns["ts"][1]
+    with pytest.raises(UsageError, match="outputTimestampType must be INT96, TIMESTAMP_MICROS or TIMESTAMP_MILLIS"):
+        ParquetFormat(timestamp_type="INT64")
