@@ -39,6 +39,7 @@ from ..compaction.planner import MergePolicy
 from ..errors import CommitStateUnknownError, ExecutorEnvironmentError, ProtocolError, UsageError
 from ..formats import make_format
 from ..formats.base import FileFormat
+from ..formats.empty_result import add_empty_result_file
 from ..formats.parquet import ParquetFormat, TimestampType
 from ..formats.partitioning import DEFAULT_MAX_OPEN_WRITERS, PartitionedWriter, data_schema, resolve_partition_columns
 from ..modes import PartitionOverwrite, WriteMode
@@ -159,6 +160,8 @@ def write(
         with _job_description(df, f"mpcommit: write {fmt.name} to {job.destination.uri} (job {job.job_id})"):
             rows = df.mapInArrow(run_task, RESULT_SCHEMA).collect()
         results = [TaskResult.from_bytes(bytes(row[0]), destination=job.destination, job_id=job.job_id) for row in rows]
+        # No rows at all: the file Spark's writer leaves, so that readers still find the schema.
+        results = add_empty_result_file(job.spec, fmt, data_schema(schema, columns), results, partitioned=bool(columns))
     except BaseException as exc:
         _abort_quietly(job)
         missing = _missing_module(exc)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import math
+import re
 from typing import Any
 
 import pytest
@@ -111,3 +112,38 @@ def test_spark_reads_an_mpcommit_table_as_it_reads_its_own(s3a_spark, s3a_backen
     expected = [tuple(None if (name in empty_is_null and v == "") else (trimmed(v) if name == "s" else v)
                       for name, v in zip(df.columns, row)) for row in df.collect()]
     assert comparable(typed.select(*df.columns).collect()) == comparable(expected)
+
+
+@pytest.mark.parametrize("s3a_backend,fmt", on_backends(list(FORMATS)), indirect=["s3a_backend"])
+def test_an_empty_result_leaves_what_sparks_writer_leaves(s3a_spark, s3a_backend: Backend, s3a_bucket: str,
+                                                          fmt: str) -> None:
+    """No rows: the same files as Spark's df.write (one schema-only Parquet file, a header-only CSV, an empty JSON or
+    text file), and spark.read of the table gives the schema and zero rows -- through write() and writer()."""
+    from mpcommit.spark import writer
+
+    spark, bucket, backend = s3a_spark, s3a_bucket, s3a_backend
+    write_options, read_options = FORMATS[fmt]
+    df = source_frame(spark, fmt).drop("k", "n").filter("false")
+    write(df, f"s3a://{bucket}/mpcommit", fmt, mode="overwrite", options=write_options, s3=backend.options)
+    writer(df, s3=backend.options).mode("overwrite").options(**write_options).format(fmt) \
+        .save(f"s3a://{bucket}/fluent")
+    df.write.format(fmt).options(**write_options).save(f"s3a://{bucket}/spark")
+
+    def files(prefix: str) -> list[tuple[str, bytes]]:
+        """(task, cNNN and extension, bytes) of each data file: part-00000-JOBID.c000.EXT, part-00000-UUID-c000.EXT."""
+        keys = sorted(k for k in visible_keys(backend.client, bucket, prefix) if not k.endswith("/"))
+        names = [re.sub(r"^part-(\d{5})-.+[.-](c\d{3})\.", r"\1 \2 ", k.rsplit("/", 1)[1]) for k in keys]
+        return [(name, backend.client.get_object(Bucket=bucket, Key=k)["Body"].read()) for name, k in zip(names, keys)]
+
+    theirs = files("spark")
+    assert len(theirs) == 1 and theirs[0][0].startswith("00000 c000 "), theirs
+    for prefix in ("mpcommit", "fluent"):
+        ours = files(prefix)
+        assert [name for name, _ in ours] == [name for name, _ in theirs], prefix
+        if fmt != "parquet":  # Parquet's footers name their writer; the other formats' bytes are Spark's
+            assert [data for _, data in ours] == [data for _, data in theirs], prefix
+        table = spark.read.format(fmt).options(**read_options).load(f"s3a://{bucket}/{prefix}")
+        assert table.schema == spark.read.format(fmt).options(**read_options).load(f"s3a://{bucket}/spark").schema
+        assert table.count() == 0
+        if fmt == "parquet":
+            assert table.schema == df.schema
