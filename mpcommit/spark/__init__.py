@@ -5,6 +5,7 @@ The only part of mpcommit that imports pyspark.
 """
 
 from .fluent import DataFrameWriter, writer
+from .table_schema import SchemaMismatchError, SchemaMismatchWarning
 from .writer import write
 
-__all__ = ["DataFrameWriter", "write", "writer"]
+__all__ = ["DataFrameWriter", "SchemaMismatchError", "SchemaMismatchWarning", "write", "writer"]

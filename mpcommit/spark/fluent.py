@@ -37,6 +37,7 @@ from ..formats.parquet import PARQUET_COMPRESSION
 from ..formats.partitioning import DEFAULT_MAX_OPEN_WRITERS
 from ..options import S3Options, WriterSettings
 from ..protocol.commit import DEFAULT_COMMIT_THREADS, CommitReport
+from .table_schema import SchemaMismatch
 from .writer import _check_dataframe, write
 
 if TYPE_CHECKING:
@@ -91,19 +92,22 @@ def writer(
     commit_threads: int = DEFAULT_COMMIT_THREADS,
     writer_settings: WriterSettings | None = None,
     overwrite_bucket_root: bool = False,
+    schema_mismatch: str = "warn",
 ) -> "DataFrameWriter":
     """``df.write`` for mpcommit: ``writer(df).mode(...).partitionBy(...).option(...).parquet(uri)``.
 
     The keyword arguments are mpcommit's own settings, as in :func:`~mpcommit.spark.writer.write`: ``s3`` (how to
     reach the store; default boto3's usual sources), ``merge`` (a :class:`~mpcommit.compaction.MergePolicy` merging
     small files before they become visible), ``table`` and ``catalog`` (register the committed partitions in an
-    existing table), ``max_open_writers``, ``commit_threads``, ``writer_settings`` (multipart sizing) and
-    ``overwrite_bucket_root`` (allow an overwrite of a whole bucket, ``s3://bucket``).
+    existing table), ``max_open_writers``, ``commit_threads``, ``writer_settings`` (multipart sizing),
+    ``overwrite_bucket_root`` (allow an overwrite of a whole bucket, ``s3://bucket``) and ``schema_mismatch``
+    (``"warn"``, ``"error"`` or ``"ignore"``: an append whose column types differ from the table's files).
     """
     _check_dataframe(df, "writer")
     return DataFrameWriter(df, _Settings(s3=s3, merge=merge, table=table, catalog=catalog,
                                          max_open_writers=max_open_writers, commit_threads=commit_threads,
-                                         writer_settings=writer_settings, overwrite_bucket_root=overwrite_bucket_root))
+                                         writer_settings=writer_settings, overwrite_bucket_root=overwrite_bucket_root,
+                                         schema_mismatch=SchemaMismatch.parse(schema_mismatch)))
 
 
 @dataclass(frozen=True)
@@ -118,6 +122,7 @@ class _Settings:
     commit_threads: int
     writer_settings: WriterSettings | None
     overwrite_bucket_root: bool
+    schema_mismatch: SchemaMismatch
 
 
 class DataFrameWriter:
@@ -303,7 +308,8 @@ class DataFrameWriter:
         return write(self._df, path, fmt, mode=self._mode, partition_by=self._partition_by or None,
                      partition_overwrite=partition_overwrite, options=options, s3=s.s3, merge=s.merge, table=s.table,
                      catalog=s.catalog, max_open_writers=s.max_open_writers, commit_threads=s.commit_threads,
-                     writer=s.writer_settings, overwrite_bucket_root=s.overwrite_bucket_root)
+                     writer=s.writer_settings, overwrite_bucket_root=s.overwrite_bucket_root,
+                     schema_mismatch=s.schema_mismatch)
 
 
 # ---------------------------------------------------------------- pure helpers

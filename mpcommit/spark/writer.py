@@ -50,6 +50,7 @@ from ..protocol.layout import parse_uri
 from ..protocol.records.job import MergedFile
 from ..protocol.records.manifest import TaskResult
 from ..protocol.task import JobSpec
+from .table_schema import SchemaMismatch, check_existing_files
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -95,6 +96,7 @@ def write(
     table: str | None = None,
     catalog: Catalog | str | None = None,
     overwrite_bucket_root: bool = False,
+    schema_mismatch: str | SchemaMismatch = "warn",
     _task_hook: TaskHook | None = None,
 ) -> CommitReport:
     """Write ``df`` to ``uri`` (``s3://``, ``s3a://`` or ``s3n://``) and commit it; return the commit report.
@@ -112,7 +114,10 @@ def write(
     ``table``: "db.name" to register the committed partitions and their statistics in, after the commit, in
     ``catalog`` (default: the DataFrame's session catalog; "glue", or a :class:`~mpcommit.catalog.Catalog`);
     see docs/CATALOG.md. ``overwrite_bucket_root``: allow an overwrite of a bucket's root (``s3://bucket``),
-    which replaces every object in the bucket; refused without it.
+    which replaces every object in the bucket; refused without it. ``schema_mismatch``: when appending (or
+    overwriting partitions dynamically), one existing file's column types (a Parquet footer, a CSV header) are
+    compared with this write's first: ``"warn"`` (a :class:`~mpcommit.spark.table_schema.SchemaMismatchWarning`
+    naming each column and both types), ``"error"`` (``SchemaMismatchError``, nothing written) or ``"ignore"``.
 
     The report gives the job id, the committed files, bytes, rows, partitions and timings (``write``: creating
     the job to the last task's result; ``merge``: the commit-time merge; ``commit``: the job commit).
@@ -122,6 +127,7 @@ def write(
             f"merge must be None or a MergePolicy (from mpcommit.compaction import MergePolicy), got {merge!r}"
         )
     _check_dataframe(df)
+    mismatch = SchemaMismatch.parse(schema_mismatch)
     if catalog is not None and table is None:
         raise UsageError("write(catalog=...) needs table='db.name' to register into")
     target = None
@@ -149,6 +155,14 @@ def write(
     if job.ignored:
         log.info("%s holds data and mode is 'ignore': nothing written", job.destination.uri)
         return job.commit([])
+    if write_mode is WriteMode.APPEND or (write_mode is WriteMode.OVERWRITE and overwrite is PartitionOverwrite.DYNAMIC
+                                          and columns):
+        try:  # files of this write will sit beside the table's existing ones
+            check_existing_files(job.store, job.destination, fmt, data_schema(schema, columns),
+                                 partition_levels=len(columns), policy=mismatch)
+        except BaseException:
+            _abort_quietly(job)
+            raise
 
     plan = _TaskPlan(spec=job.spec, fmt=fmt, partition_columns=columns, max_open_writers=max_open_writers,
                      max_records_per_file=max_records, task_hook=_task_hook, stage_small=merge is not None)
