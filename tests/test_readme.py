@@ -1,5 +1,7 @@
 """The README, as a newcomer follows it: the Operations list names every command, the Python example runs with
-the setup the README gives for it, and the PySpark section says what the executors need."""
+the setup the README gives for it, the PySpark section says what the executors need, and the "Reading it back"
+blocks read a table through Spark's S3A and pyarrow. The "Deploying to a cluster" blocks need the standalone
+cluster's fixtures: tests/cluster/test_readme_deploy.py runs them (with the helpers here)."""
 
 from __future__ import annotations
 
