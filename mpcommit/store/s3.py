@@ -477,7 +477,10 @@ class S3Store:
         try:
             self._call("list_objects_v2", bucket=bucket, Bucket=bucket, MaxKeys=1)
         except InvalidCredentialsError as known:
-            return known
+            return InvalidCredentialsError(
+                f"{exc.operation} s3://{bucket}{'/' + exc.key if exc.key else ''} was refused (403, no reason given "
+                f"in a HEAD answer); a listing of the bucket tells why: {known}",
+                operation=exc.operation, code=known.code, bucket=bucket, key=exc.key)
         except StoreError:
             return exc
         return exc
