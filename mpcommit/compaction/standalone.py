@@ -39,8 +39,9 @@ from ..protocol.layout import (
     table_of,
 )
 from ..protocol.order import NestedTables, TableOrder
+from ..protocol.task import record_manifest
 from ..protocol.records.job import DeleteEntry
-from ..protocol.records.manifest import INLINE_MAX_PARTS, PendingUpload, TaskManifest, TaskResult
+from ..protocol.records.manifest import PendingUpload, TaskResult
 from ..pool import ProgressHook, run_bounded
 from ..store.s3 import S3Store, store_for
 from .errors import MergeError, SourceChangedError
@@ -428,23 +429,7 @@ def _merge_bin(job: Job, store: S3Store, p: _Planned, parts_pool: Executor, copy
 
 def record_uploads(job: Job, task_id: int, uploads: list[PendingUpload], *, store: S3Store) -> TaskResult:
     """Write a task manifest for uploads made outside a TaskAttempt (merges) and return its result."""
-    spec = job.spec
-    nonce = secrets.token_hex(4)
-    manifest = TaskManifest(
-        job_id=job.job_id, bucket=job.destination.bucket, prefix=job.destination.prefix, task_id=task_id,
-        attempt=0, nonce=nonce, created_ms=int(time.time() * 1000), uploads=tuple(sorted(uploads, key=lambda u: u.key)),
-    )
-    manifest.validate(destination=job.destination, job_id=job.job_id)
-    key = spec.paths.task_manifest(task_id, 0, nonce)
-    store.put_object(job.destination.bucket, key, manifest.to_bytes())
-    rows = [u.rows for u in uploads]
-    return TaskResult(
-        job_id=job.job_id, task_id=task_id, attempt=0, manifest_key=key,
-        manifest=manifest if manifest.part_count <= INLINE_MAX_PARTS else None,
-        files=len(uploads), bytes=sum(u.size for u in uploads),
-        rows=None if any(r is None for r in rows) else sum(rows),  # type: ignore[misc]
-        partitions=tuple(sorted({u.partition for u in uploads})),
-    )
+    return record_manifest(store, job.spec, task_id, 0, secrets.token_hex(4), uploads)
 
 
 def _verify_sources(store: S3Store, bucket: str, planned: list[_Planned], outcomes: list[TaskResult | MergeError],
