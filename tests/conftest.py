@@ -13,6 +13,7 @@ Fixtures:
 - ``backend``: parametrized over the selected backends (ids ``moto`` / ``localstack`` / ``versitygw`` /
   ``seaweedfs``; each server's case carries its marker, so ``-m "not localstack"`` leaves LocalStack out). The Go
   servers join only in the tiers of :data:`GO_SERVER_TIERS` and never in a test that runs Spark: see the README.
+- ``server_backend``: as ``backend``, without moto: the servers that run as processes of their own.
 - ``moto_backend``, ``localstack_backend``, ``versitygw_backend``, ``seaweedfs_backend``: one backend each.
 - ``bucket``: a fresh bucket on ``backend``.
 - ``pyarrow_fs``: a ``pyarrow.fs.S3FileSystem`` on ``backend``, an independent C++ client to read data back.
@@ -136,12 +137,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """``backend``'s parameters: the selected backends, the Go servers only in :data:`GO_SERVER_TIERS` and never
     beside Spark (a Spark job tests mpcommit's engine binding, which the store does not change)."""
-    if "backend" not in metafunc.fixturenames:
-        return
-    names = [name for name in selected_backends()
-             if name not in GO_SERVERS or runs_on_go_servers(metafunc.definition.path, metafunc.fixturenames)]
-    metafunc.parametrize("backend", [pytest.param(name, marks=_SERVER_MARKS[name], id=name) for name in names],
-                         indirect=True)
+    for fixture in ("backend", "server_backend"):
+        if fixture not in metafunc.fixturenames:
+            continue
+        names = [name for name in selected_backends()
+                 if (name not in GO_SERVERS or runs_on_go_servers(metafunc.definition.path, metafunc.fixturenames))
+                 and (fixture == "backend" or name != "moto")]
+        metafunc.parametrize(fixture, [pytest.param(name, marks=_SERVER_MARKS[name], id=name) for name in names],
+                             indirect=True)
 
 
 def runs_on_go_servers(path: Any, fixturenames: Any) -> bool:
@@ -238,6 +241,13 @@ _SERVER_MARKS: dict[str, tuple[Any, ...]] = {
 @pytest.fixture
 def backend(request: pytest.FixtureRequest) -> Backend:
     """One of the selected backends, per :func:`pytest_generate_tests`."""
+    return request.getfixturevalue(f"_{request.param}_backend_session")
+
+
+@pytest.fixture
+def server_backend(request: pytest.FixtureRequest) -> Backend:
+    """One of the selected backends that runs as a server process of its own (all but moto): real Initiated times
+    and ListMultipartUploads paged at 1,000 (moto reports every upload as initiated in 2010 and never pages)."""
     return request.getfixturevalue(f"_{request.param}_backend_session")
 
 
