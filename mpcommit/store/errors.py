@@ -62,6 +62,9 @@ _CODES: dict[str, tuple[type[e.StoreError], str]] = {
     "InvalidDigest": (e.ChecksumMismatchError, "the checksum sent is malformed"),
     "XAmzContentChecksumMismatch": (e.ChecksumMismatchError, "the uploaded bytes do not match their checksum"),
     "InvalidRequest": (e.StoreError, "S3 refused the request as invalid"),
+    # A 5xx that no retry can help: the server lacks the feature (checked before the generic 5xx rule below).
+    "NotImplemented": (e.UnsupportedRequestError, "this S3 server does not implement the request or a header it carries"),
+    "501": (e.UnsupportedRequestError, "this S3 server does not implement the request or a header it carries"),
 }
 
 
