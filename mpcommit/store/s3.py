@@ -499,6 +499,14 @@ class S3Store:
             params["IfMatch"] = if_match
         self._call("delete_object", bucket=bucket, key=key, **params)
 
+    # ------------------------------------------------------------ any other request
+    def request(self, operation: str, *, bucket: str, key: str = "", **params: Any) -> dict[str, Any]:
+        """One S3 request by botocore's operation name (``put_object``, ``list_multipart_uploads``...) with botocore's
+        parameters, through the same funnel as every other (security parameters, counts, retries, translated
+        errors); the raw response, ResponseMetadata included. For callers that need a request or a header no
+        method here offers: the store probes of ``mpcommit doctor`` (mpcommit.operations.probes)."""
+        return dict(self._call(operation, bucket=bucket, key=key, Bucket=bucket, **params))
+
     # ------------------------------------------------------------ buckets
     def head_bucket(self, bucket: str) -> None:
         """Check that the bucket exists and is reachable with these credentials."""
