@@ -50,6 +50,10 @@ class S3Options:
     sse: str | None = None  # "AES256" (SSE-S3) or "aws:kms" (SSE-KMS)
     sse_kms_key_id: str | None = None
     expected_bucket_owner: str | None = None
+    #: Whether the store honours conditional writes (PutObject If-None-Match / If-Match): None asks it once per
+    #: bucket (mpcommit.store.conditional); True or False states it, e.g. for a store that forbids the probe's
+    #: hidden writes. Without them, concurrent destructive jobs on one table are refused, never raced.
+    conditional_writes: bool | None = None
 
     def __post_init__(self) -> None:
         if self.sse not in (None, "AES256", "aws:kms"):

@@ -128,3 +128,15 @@ def short_duration(seconds: float) -> str:
         if seconds >= size:
             return f"{seconds / size:.1f}{unit}"
     return f"{seconds:.0f}s"
+
+
+def human_bytes(n: int | None) -> str:
+    """``1234567`` -> ``"1.2 MB"`` (decimal units, as S3's console shows sizes); None -> ``"?"``."""
+    if n is None:
+        return "?"
+    value = float(n)
+    for unit in ("B", "kB", "MB", "GB", "TB", "PB"):
+        if value < 1000 or unit == "PB":
+            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{n} B"

@@ -22,7 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from ..errors import MpcommitError, UsageError
 from ..options import S3Options
 from ..protocol.layout import Destination, check_job_id, parse_uri
-from ..sizing import parse_duration, parse_size
+from ..sizing import human_bytes, parse_duration, parse_size  # noqa: F401 - human_bytes: the CLI modules take it from here
 from ..store.s3 import S3Store, store_for
 
 
@@ -225,17 +225,6 @@ def interruptible() -> Iterator[threading.Event]:
 
 
 # ---------------------------------------------------------------- numbers for people
-def human_bytes(n: int | None) -> str:
-    if n is None:
-        return "?"
-    value = float(n)
-    for unit in ("B", "kB", "MB", "GB", "TB", "PB"):
-        if value < 1000 or unit == "PB":
-            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1000
-    return f"{n} B"
-
-
 def plural(count: int, noun: str) -> str:
     """``1 upload``, ``2 uploads``, ``1,000 uploads``."""
     return f"{count:,} {noun}" + ("" if count == 1 else "s")

@@ -28,7 +28,7 @@ from ..options import S3Options
 from ..protocol.layout import JobPaths
 from ..protocol.records.job import MergedFile
 from ..protocol.records.manifest import PendingUpload, StagedFile, TaskManifest, TaskResult, merge_rows
-from ..store.pool import run_bounded
+from ..pool import run_bounded
 from ..store.s3 import S3Store, store_for
 from .executor import run_merge
 from .kinds import FileKind, Format, detect_kind

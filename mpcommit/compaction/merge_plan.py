@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..sizing import MIN_PART_SIZE, MiB
-from ..store.pool import run_bounded
+from ..pool import run_bounded
 from ..store.s3 import S3Store
 from .assemblers import LinesSpec, MembersSpec, RecompressSpec
 from .codecs import Decoder

@@ -26,12 +26,13 @@ from typing import Any
 
 from ..errors import MpcommitError
 from ..options import S3Options
-from ..protocol.commit import CommitReport, committing_jobs
+from ..protocol.commit import CommitReport
+from ..protocol.inventory import committing_jobs
 from ..protocol.job import Job
 from ..protocol.layout import Destination, data_file_name, is_hidden_key, job_id_of_key, new_job_id, parse_uri
 from ..protocol.records.job import DeleteEntry
 from ..protocol.records.manifest import INLINE_MAX_PARTS, PendingUpload, TaskManifest, TaskResult
-from ..store.pool import ProgressHook, run_bounded
+from ..pool import ProgressHook, run_bounded
 from ..store.s3 import S3Store, store_for
 from .errors import MergeError, SourceChangedError
 from .executor import DEFAULT_COPY_THREADS, DEFAULT_MERGE_THREADS, MergeStats, run_merge

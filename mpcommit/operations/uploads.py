@@ -36,7 +36,7 @@ from ..modes import JobState
 from ..protocol.inventory import JobStatus, find_owning_jobs, is_committing
 from ..protocol.layout import check_job_id, owner_of_key, parse_uri
 from ..sizing import short_duration
-from ..store.pool import ProgressHook, run_bounded
+from ..pool import ProgressHook, run_bounded
 from ..store.s3 import S3Store
 
 log = logging.getLogger(__name__)

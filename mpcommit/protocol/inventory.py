@@ -28,7 +28,7 @@ from typing import Protocol
 
 from ..errors import ManifestError, NoSuchKeyError, OperationCancelledError
 from ..modes import JobState
-from ..store.pool import ProgressHook, run_bounded
+from ..pool import ProgressHook, run_bounded
 from ..store.s3 import ObjectInfo, S3Store, UploadInfo
 from .layout import Destination, JobPaths, job_id_of_hidden_key, job_id_of_key, owner_of_key
 from .records.job import JobDescriptor
@@ -125,6 +125,16 @@ def _status(store: S3Store, destination: Destination, job_id: str, records: Sequ
 def _ms(value: datetime) -> int:
     aware = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
     return int(aware.timestamp() * 1000)
+
+
+def committing_jobs(store: S3Store, destination: Destination) -> set[str]:
+    """Jobs of ``destination`` whose commit is in flight or was interrupted: those with a commit journal."""
+    out = set()
+    for obj in store.list_objects(destination.bucket, destination.hidden_root):
+        job_id = job_id_of_hidden_key(destination, obj.key)
+        if job_id is not None and obj.key == JobPaths(destination, job_id).journal:
+            out.add(job_id)
+    return out
 
 
 def is_committing(store: S3Store, job: JobStatus) -> bool:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from ..errors import CommitStateUnknownError, DestinationExistsError, JobStateError, PreconditionFailedError, UsageError
 from ..modes import PartitionOverwrite, WriteMode
 from ..options import S3Options, WriterSettings
-from ..store.pool import ProgressHook
+from ..pool import ProgressHook
 from ..store.s3 import S3Store, store_for
 from .commit import DEFAULT_COMMIT_THREADS, AbortReport, CommitReport, JobCommitter
 from .layout import HIDDEN_ROOT, Destination, JobPaths, check_job_id, new_job_id, parse_uri

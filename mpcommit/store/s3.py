@@ -217,8 +217,10 @@ class S3Store:
         result = response["CopyPartResult"]
         return CompletedPart(number, str(result["ETag"]), result.get("ChecksumCRC32") or None)
 
-    def complete_multipart_upload(self, bucket: str, key: str, upload_id: str, parts: Sequence[CompletedPart]) -> str:
-        lean = self._lean_completer()
+    def complete_multipart_upload(self, bucket: str, key: str, upload_id: str, parts: Sequence[CompletedPart], *,
+                                  if_none_match: bool = False) -> str:
+        """Complete an upload; ``if_none_match``: only if no object has the key yet (412 otherwise)."""
+        lean = None if if_none_match else self._lean_completer()
         if lean is not None:
             # The job commit's one request per file, without botocore's per-call machinery (same errors, retries).
             return str(self._send("complete_multipart_upload", lambda: lean.complete(bucket, key, upload_id, parts),
@@ -229,9 +231,10 @@ class S3Store:
             if p.crc32:
                 entry["ChecksumCRC32"] = p.crc32
             listed.append(entry)
+        extra: dict[str, Any] = {"IfNoneMatch": "*"} if if_none_match else {}
         response = self._call(
             "complete_multipart_upload", bucket=bucket, key=key,
-            Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": listed},
+            Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": listed}, **extra,
         )
         return str(response.get("ETag", ""))
 
@@ -375,10 +378,16 @@ class S3Store:
         # the retry of the request itself: retry the whole read.
         return call_with_retry(read, policy=self.options.retry, describe=f"reading s3://{bucket}/{key}")
 
-    def put_object(self, bucket: str, key: str, body: bytes, *, if_none_match: bool = False, content_type: str = "application/json") -> str:
+    def put_object(self, bucket: str, key: str, body: bytes, *, if_none_match: bool = False,
+                   if_match: str | None = None, content_type: str = "application/json") -> str:
+        """Write an object. ``if_none_match``: only if no object has the key (S3's ``If-None-Match: *``);
+        ``if_match``: only if the object's ETag is this one. Either raises PreconditionFailedError when it does
+        not hold -- on a store that honours them (:mod:`.conditional` finds out)."""
         params: dict[str, Any] = {"Bucket": bucket, "Key": key, "Body": body, "ContentType": content_type}
         if if_none_match:
             params["IfNoneMatch"] = "*"
+        if if_match:
+            params["IfMatch"] = if_match
         r = self._call("put_object", bucket=bucket, key=key, **params)
         return str(r.get("ETag", ""))
 

@@ -246,7 +246,7 @@ class Driver:
         self._current = {"dir": str(flags), "block": args.get("block"), "kill": bool(args.get("kill"))}
         if args.get("delete_batch"):
             # Several delete batches without seeding thousands of old objects (as tests/reliability does).
-            import mpcommit.protocol.commit as commit_module
+            import mpcommit.protocol.commit.replacing as commit_module
 
             assert hasattr(commit_module, "DELETE_BATCH"), "the commit module no longer has DELETE_BATCH"
             commit_module.DELETE_BATCH = int(args["delete_batch"])

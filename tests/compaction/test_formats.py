@@ -32,7 +32,7 @@ from mpcommit.compaction.lines import LineJoiner, first_record_end
 from mpcommit.compaction.merge_plan import prepare
 from mpcommit.compaction.parts import Range, SourceObject, Transform, plan_parts
 from mpcommit.sizing import MIN_PART_SIZE, MiB
-from mpcommit.store.pool import SerialExecutor
+from mpcommit.pool import SerialExecutor
 
 from .fakes import FakeStore, etag_of
 

@@ -430,3 +430,31 @@ def test_a_commit_of_unknown_outcome_cannot_be_aborted(backend, bucket):
         job.abort()
     recover(job.destination, store=job.store)
     assert list(contents(backend, bucket, "t").values()) == [b"a"]
+
+
+def test_a_commit_with_no_threads_runs_every_request_on_the_callers_thread(moto_backend):
+    """commit_threads=0: the commit context hands every step to the caller's thread, so a failure test can run
+    the job commit serially; the result is the same commit."""
+    import threading
+
+    backend = moto_backend
+    bucket = backend.new_bucket()
+    old = Job.create(f"s3://{bucket}/t", s3=backend.options)
+    old.commit([write_task(old, 0, {"dt=1": b"old\n"})])
+    job = Job.create(f"s3://{bucket}/t", mode="overwrite", s3=backend.options, commit_threads=0)
+    refs = [write_task(job, t, {f"dt={t}": b"x\n" * (t + 1)}) for t in range(6)]
+    store = job.store
+    threads: set[int] = set()
+    for name in ("complete_multipart_upload", "list_objects", "delete_objects", "list_multipart_uploads",
+                 "get_object", "put_object", "head_object"):
+        original = getattr(store, name)
+
+        def spy(*args, __original=original, **kwargs):
+            threads.add(threading.get_ident())
+            return __original(*args, **kwargs)
+
+        setattr(store, name, spy)
+    report = job.commit(refs)
+    assert report.outcome is CommitOutcome.COMMITTED and report.files == 6
+    assert threads == {threading.get_ident()}
+    assert contents(backend, bucket, "t") == {k: read_object(backend.client, bucket, k) for k in report.filenames}

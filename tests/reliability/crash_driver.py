@@ -85,9 +85,9 @@ def run_job(options: S3Options, bucket: str, *, mode: str = "overwrite", job_id:
             delete_batch: int | None = None, prefix: str = PREFIX, tasks: int = TASKS) -> object:
     """Create the job, write every task (plus a committed loser attempt of task 1), commit attempt 0 of each."""
     if delete_batch is not None:
-        import mpcommit.protocol.commit
+        import mpcommit.protocol.commit.replacing
 
-        mpcommit.protocol.commit.DELETE_BATCH = delete_batch  # several delete batches without seeding 1,000s of objects
+        mpcommit.protocol.commit.replacing.DELETE_BATCH = delete_batch  # several delete batches without seeding 1,000s of objects
     job = Job.create(f"s3://{bucket}/{prefix}", mode=mode, s3=options, writer=SMALL_PARTS, job_id=job_id,
                      commit_threads=1)
     results = [write_attempt(job.spec, t, 0) for t in range(tasks)]

@@ -65,14 +65,14 @@ def is_success(key: str) -> bool:
 
 @contextmanager
 def small_delete_batches() -> Iterator[None]:
-    import mpcommit.protocol.commit
+    import mpcommit.protocol.commit.replacing
 
-    saved = mpcommit.protocol.commit.DELETE_BATCH
-    mpcommit.protocol.commit.DELETE_BATCH = DELETE_BATCH
+    saved = mpcommit.protocol.commit.replacing.DELETE_BATCH
+    mpcommit.protocol.commit.replacing.DELETE_BATCH = DELETE_BATCH
     try:
         yield
     finally:
-        mpcommit.protocol.commit.DELETE_BATCH = saved
+        mpcommit.protocol.commit.replacing.DELETE_BATCH = saved
 
 
 def run_job_in_process(scene: Scene, point: tuple[str, int] | None = None, *, options: S3Options | None = None,

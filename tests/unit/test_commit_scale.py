@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -13,8 +14,9 @@ import pytest
 
 from mpcommit.errors import AccessDeniedError, NoSuchUploadError, RetriesExhaustedError, TransientStoreError
 from mpcommit.options import RetryPolicy, S3Options
-from mpcommit.protocol import commit as commit_module
-from mpcommit.protocol.commit import JobCommitter
+from mpcommit.protocol.commit import manifests as manifests_module
+from mpcommit.protocol.commit.context import MANIFESTS_AHEAD, CommitContext
+from mpcommit.protocol.commit.manifests import ManifestReader
 from mpcommit.protocol.layout import Destination
 from mpcommit.protocol.records.manifest import Part, PendingUpload, TaskManifest
 from mpcommit.store import retry as retry_module
@@ -137,15 +139,15 @@ def _manifest(dest: Destination, job_id: str, task: int, files: int, parts: int)
                         created_ms=0, uploads=uploads)
 
 
-@pytest.mark.parametrize("parts, most_held", [(1, commit_module.MANIFESTS_AHEAD + 1), (600, 2)])
+@pytest.mark.parametrize("parts, most_held", [(1, MANIFESTS_AHEAD + 1), (600, 2)])
 def test_referenced_manifests_are_read_ahead_in_parallel_within_bounds(monkeypatch, parts, most_held):
     """Small manifests are read many at a time; large ones stop the read-ahead at the parts bound; in no case
     are all of them read before the first is consumed."""
-    monkeypatch.setattr(commit_module, "MANIFEST_PARTS_AHEAD", 500)
+    monkeypatch.setattr(manifests_module, "MANIFEST_PARTS_AHEAD", 500)
     dest = Destination("b", "t")
     job_id = "20240101T000000-0123abcd"
-    committer = JobCommitter(S3Store(S3Options(region="us-east-1", access_key_id="a", secret_access_key="b")), dest,
-                             job_id)
+    reader = ManifestReader(S3Store(S3Options(region="us-east-1", access_key_id="a", secret_access_key="b")), dest,
+                            job_id)
     lock = threading.Lock()
     read: list[str] = []
     consumed = 0
@@ -166,16 +168,15 @@ def test_referenced_manifests_are_read_ahead_in_parallel_within_bounds(monkeypat
             concurrent -= 1
         return _manifest(dest, job_id, int(key[1:]), 1, parts)
 
-    monkeypatch.setattr(committer, "_read_manifest", fake_read)
+    monkeypatch.setattr(reader, "read", fake_read)
     keys = [f"k{i}" for i in range(40)]
-    for m in committer._stream_manifests(keys, {}):
-        consumed += 1
-        import time
-
-        time.sleep(0.002)  # let the read-ahead run as far as it may
-        with lock:
-            held_max = max(held_max, len(read) - consumed + 1)
-        assert m.task_id == consumed - 1  # in journal order
+    with CommitContext(8) as context:
+        for m in reader.stream(keys, {}, context):
+            consumed += 1
+            time.sleep(0.002)  # let the read-ahead run as far as it may
+            with lock:
+                held_max = max(held_max, len(read) - consumed + 1)
+            assert m.task_id == consumed - 1  # in journal order
     assert consumed == 40
     assert held_max <= most_held
     if gate is not None:

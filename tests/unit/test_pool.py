@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from mpcommit.store.pool import SerialExecutor, run_bounded
+from mpcommit.pool import SerialExecutor, run_bounded
 
 
 def test_every_item_runs_once_and_results_come_back_on_the_calling_thread() -> None:

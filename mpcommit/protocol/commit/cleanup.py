@@ -1,0 +1,85 @@
+"""What a job leaves behind once its files are placed or given up: the uploads no winner owns (losing attempts,
+retried tasks), and the job's records under its hidden prefix."""
+
+from __future__ import annotations
+
+import logging
+
+from ...errors import ManifestError
+from ...store.s3 import S3Store, UploadInfo
+from .. import faults
+from ..layout import Destination, JobPaths, job_id_of_key
+from ..records.job import CommitJournal
+from .context import CommitContext
+from .manifests import ManifestReader
+
+log = logging.getLogger(__name__)
+
+
+class JobCleanup:
+    """Aborts one job's leftover uploads (found by the job id every key carries, never by prefix alone) and
+    removes its records."""
+
+    def __init__(self, store: S3Store, destination: Destination, job_id: str, context: CommitContext):
+        self.store = store
+        self.destination = destination
+        self.job_id = job_id
+        self.paths = JobPaths(destination, job_id)
+        self.context = context
+        self.manifests = ManifestReader(store, destination, job_id)
+
+    def abort_leftovers(self, journal: CommitJournal, winners: set[str]) -> int:
+        """Abort every other upload of this job: losers' manifests first, then whatever the listing shows.
+        ``winners``: upload ids completed by the commit (S3's upload ids are unique)."""
+        winner_keys = set(journal.winners)
+        return self._abort_manifested(skip=winner_keys, keep=winners) + self.abort_listed(exclude=winners)
+
+    def discard_all(self) -> tuple[int, int]:
+        """Abort every upload of the job and remove its records: (uploads aborted, records deleted)."""
+        aborted = self._abort_manifested() + self.abort_listed()
+        return aborted, self.remove_records(journal_first=False)
+
+    def _abort_manifested(self, *, skip: set[str] = frozenset(), keep: set[str] = frozenset()) -> int:  # type: ignore[assignment]
+        bucket = self.destination.bucket
+        aborted = 0
+        for obj in self.store.list_objects(bucket, self.paths.tasks):
+            if obj.key in skip:
+                continue
+            try:
+                manifest = self.manifests.read(obj.key)
+            except ManifestError as exc:
+                log.warning("skipping unreadable %s %s: %s", "loser manifest" if skip else "manifest", obj.key, exc)
+                continue
+            for u in manifest.uploads:
+                if u.upload_id not in keep and self.store.abort_multipart_upload(bucket, u.key, u.upload_id):
+                    aborted += 1
+        return aborted
+
+    def abort_listed(self, *, exclude: set[str] = frozenset()) -> int:  # type: ignore[assignment]
+        """Abort pending uploads under the destination whose key carries this job's id -- never by prefix alone.
+        ``exclude``: upload ids completed by this commit."""
+        bucket = self.destination.bucket
+        doomed = [
+            u for u in self.store.list_multipart_uploads(bucket, self.destination.root)
+            if job_id_of_key(self.destination, u.key) == self.job_id and u.upload_id not in exclude
+        ]
+        aborted = 0
+
+        def count(_upload: UploadInfo, was_pending: bool) -> None:
+            nonlocal aborted
+            aborted += was_pending
+
+        self.context.run(lambda u: self.store.abort_multipart_upload(bucket, u.key, u.upload_id), doomed,
+                         on_result=count)
+        return aborted
+
+    def remove_records(self, *, journal_first: bool) -> int:
+        """Delete the job's hidden prefix. The journal goes first: leftover manifests without a journal are
+        harmless, a journal without its manifests could not be recovered."""
+        bucket = self.destination.bucket
+        keys = [o.key for o in self.store.list_objects(bucket, self.paths.root)]
+        if journal_first and self.paths.journal in keys:
+            self.store.delete_objects(bucket, [self.paths.journal])
+            keys.remove(self.paths.journal)
+            faults.checkpoint("commit.during_cleanup")
+        return self.store.delete_objects(bucket, keys) if keys else 0

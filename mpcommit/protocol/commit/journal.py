@@ -1,0 +1,141 @@
+"""From the tasks' results to the commit journal: which attempt of each task wins, every manifest validated
+(I7) and what the commit will do, written down before it does any of it.
+
+The journal decides the outcome: before it is written a failure means NOT COMMITTED (nothing is visible);
+after, UNKNOWN until ``_SUCCESS`` (``recover`` finishes it from the journal).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from ...errors import (
+    CommitFailedError,
+    CommitStateUnknownError,
+    DuplicateTaskResultError,
+    ManifestError,
+    MpcommitError,
+    ProtocolError,
+)
+from ...modes import PartitionOverwrite, WriteMode
+from ...store.s3 import S3Store
+from ..layout import Destination, JobPaths
+from ..records.job import CommitJournal, DeleteEntry, JobDescriptor, MergedFile
+from ..records.manifest import TaskManifest, TaskResult
+from .context import CommitContext
+from .manifests import ManifestReader
+
+
+def winners_by_task(results: Sequence[TaskResult], paths: JobPaths) -> dict[int, TaskResult]:
+    """One result per task id, each of this job; anything else is refused before the commit starts."""
+    job_id = paths.job_id
+    by_task: dict[int, TaskResult] = {}
+    for r in results:
+        if not isinstance(r, TaskResult):
+            raise ProtocolError(f"job.commit takes TaskResult values from task.commit(), got {type(r).__name__}")
+        if r.job_id != job_id:
+            raise ManifestError(f"a task result of job {r.job_id} was passed to the commit of job {job_id}; refused")
+        if not r.manifest_key.startswith(paths.tasks):
+            raise ManifestError(f"task result names manifest {r.manifest_key!r} outside job {job_id}; refused")
+        if r.task_id in by_task:
+            raise DuplicateTaskResultError(
+                f"two results for task {r.task_id} (attempts {by_task[r.task_id].attempt} and {r.attempt}); pass "
+                "exactly one result per task id. Nothing was committed."
+            )
+        by_task[r.task_id] = r
+    return by_task
+
+
+def validate_winners(by_task: dict[int, TaskResult], reader: ManifestReader, context: CommitContext, *,
+                     merged: Sequence[MergedFile]) -> None:
+    """Validate every winner's manifest before anything is completed (I7): a bad one must stop the commit while
+    its outcome is still "not committed". Referenced (large) manifests are read here once and again when
+    completing, so that the driver never holds all of them at once. With ``merged`` (a commit-time merge),
+    every merged file is checked against the winners' staged files."""
+    destination, job_id = reader.destination, reader.job_id
+    winner_keys: set[str] = set()
+    staged_keys: set[str] = set()
+
+    def note(manifest: TaskManifest) -> None:
+        if merged:  # only then are the keys worth holding
+            winner_keys.update(u.key for u in manifest.uploads)
+            staged_keys.update(f.key for f in manifest.staged)
+
+    try:
+        for r in by_task.values():
+            if r.manifest is not None:
+                r.manifest.validate(destination=destination, job_id=job_id, where=r.manifest_key)
+                note(r.manifest)
+        # Referenced manifests: read ahead in parallel, validated as they are read, each dropped at once.
+        for manifest in reader.stream([r.manifest_key for r in by_task.values() if r.manifest is None], {}, context):
+            note(manifest)
+            del manifest  # not held while the next is read, nor through the completes
+    except ManifestError:
+        raise
+    except MpcommitError as exc:
+        raise CommitFailedError(f"job {job_id} was not committed, nothing was made visible: {exc}") from exc
+    check_merged(merged, staged_keys=staged_keys, keys=winner_keys | staged_keys, job_id=job_id)
+
+
+def check_merged(merged: Sequence[MergedFile], *, staged_keys: set[str], keys: set[str], job_id: str) -> None:
+    """Before the journal: every merged source must be a staged file of a winner, and a merged file may only
+    take the name of one of its own sources (which then is not moved in)."""
+    names = [m.upload.key for m in merged]
+    if len(set(names)) != len(names):
+        raise ProtocolError(f"job {job_id} was not committed: two merged files share a key")
+    for m in merged:
+        missing = [k for k in m.sources if k not in staged_keys]
+        if missing:
+            raise ProtocolError(
+                f"job {job_id} was not committed: merged file {m.upload.key!r} names {missing[0]!r}, which is not a "
+                "staged file of the committed task attempts"
+            )
+        if m.upload.key in keys and m.upload.key not in m.sources:
+            raise ProtocolError(
+                f"job {job_id} was not committed: merged file {m.upload.key!r} would replace another file of the job"
+            )
+
+
+def replace_scope(mode: WriteMode, overwrite: PartitionOverwrite, partitions: Sequence[str]) -> tuple[str, ...]:
+    """The partition paths an overwrite replaces ("" for all of the destination); () for other modes."""
+    if mode is not WriteMode.OVERWRITE:
+        return ()
+    if overwrite is PartitionOverwrite.STATIC or "" in partitions:
+        return ("",)
+    return tuple(partitions)
+
+
+def build_journal(descriptor: JobDescriptor, destination: Destination, by_task: dict[int, TaskResult], *,
+                  delete: Sequence[DeleteEntry], merged: Sequence[MergedFile]) -> CommitJournal:
+    partitions = sorted({p for r in by_task.values() for p in r.partitions})
+    journal = CommitJournal(
+        job_id=descriptor.job_id, bucket=destination.bucket, prefix=destination.prefix,
+        mode=descriptor.mode, partition_overwrite=descriptor.partition_overwrite,
+        started_ms=int(time.time() * 1000),
+        winners=tuple(by_task[t].manifest_key for t in sorted(by_task)),
+        replace=replace_scope(descriptor.mode, descriptor.partition_overwrite, partitions),
+        purpose=descriptor.purpose,
+        delete=tuple(delete),
+        merged=tuple(merged),
+    )
+    try:
+        journal.validate_merged()
+    except ManifestError as exc:
+        raise ProtocolError(f"job {descriptor.job_id} was not committed: {exc}") from exc
+    return journal
+
+
+def write_journal(store: S3Store, destination: Destination, journal: CommitJournal) -> None:
+    """Write the journal: from here on, the outcome of a failure is unknown until ``recover`` finishes it."""
+    paths = JobPaths(destination, journal.job_id)
+    try:
+        store.put_object(destination.bucket, paths.journal, journal.to_bytes())
+    except MpcommitError as exc:
+        # The journal may or may not have been written; either way no upload was completed, so a recover
+        # would only complete exactly what this commit would have. Say so rather than guess.
+        raise CommitStateUnknownError(
+            f"job {journal.job_id}: writing the commit journal failed ({exc}); nothing was completed. "
+            f"Run `mpcommit jobs recover {destination.uri} --job {journal.job_id}` or commit again.",
+            job_id=journal.job_id, destination=destination.uri,
+        ) from exc

@@ -1,0 +1,193 @@
+"""Placing a journal's files: each winner's pending upload completed, each staged small file copied to its key.
+
+Idempotent, which is what lets ``recover`` equal an uninterrupted commit (I4): completing an upload that was
+completed already is recognised by the object's multipart ETag. The completes run on the commit's inner pool,
+or spread over worker processes (each with its own S3 client): one Python process completes at most about one
+core's worth of files per second.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+
+from ...errors import CommitStateUnknownError, MpcommitError, NoSuchUploadError
+from ...options import S3Options
+from ...store.s3 import CompletedPart, S3Store
+from .. import faults
+from ..layout import Destination
+from ..records.manifest import PendingUpload, StagedFile
+from .context import CommitContext
+
+#: Completes queued per commit thread: a deep queue keeps the threads busy while the driver reads the next
+#: manifest, and still bounds what the driver holds.
+COMPLETES_QUEUED_PER_THREAD = 4
+#: Uploads handed to a commit process at a time.
+PROCESS_CHUNK = 256
+
+Item = PendingUpload | StagedFile
+
+
+def directory_of(key: str) -> str:
+    return key.rsplit("/", 1)[0] if "/" in key else ""
+
+
+class Placer:
+    """Completes the pending uploads and moves the staged files of one job.
+
+    ``skip_directories``: directories whose merged files must never be completed (a compaction's sources that
+    someone else removed, see :mod:`.replacing`): their uploads are aborted instead.
+    """
+
+    def __init__(self, store: S3Store, destination: Destination, job_id: str, *,
+                 skip_directories: frozenset[str] = frozenset()):
+        self.store = store
+        self.destination = destination
+        self.job_id = job_id
+        self.skip_directories = skip_directories
+        self._placed = 0
+        self._placed_lock = threading.Lock()
+
+    # ------------------------------------------------------------ one item
+    def place(self, item: Item) -> None:
+        if self.skip_directories and isinstance(item, PendingUpload) and directory_of(item.key) in self.skip_directories:
+            # Never completed; if an earlier run completed it, the replace step deletes it.
+            self.store.abort_multipart_upload(self.destination.bucket, item.key, item.upload_id)
+            return
+        if isinstance(item, StagedFile):
+            self.move_staged(item)
+        else:
+            self.complete(item)
+        self._count_one()
+
+    def _count_one(self) -> None:
+        with self._placed_lock:
+            self._placed += 1
+            n = self._placed
+        faults.checkpoint("commit.after_complete", n)
+
+    def complete(self, upload: PendingUpload) -> None:
+        bucket = self.destination.bucket
+        parts = [CompletedPart(p.number, p.etag, p.crc32) for p in upload.parts]
+        try:
+            self.store.complete_multipart_upload(bucket, upload.key, upload.upload_id, parts)
+            return
+        except NoSuchUploadError as exc:
+            # Completed already (a retry, or a recover after a crash) -- or aborted by someone else. Only the
+            # object itself can tell: same size and the multipart ETag of exactly these parts means ours.
+            info = self.store.head_object(bucket, upload.key)
+            if info is not None and info.size == upload.size and etag_matches(info.etag, upload):
+                return
+            raise CommitStateUnknownError(
+                f"job {self.job_id}: upload {upload.upload_id} of s3://{bucket}/{upload.key} is no longer pending and "
+                "the object is not the one it would have made; the upload was aborted by something else "
+                "(an orphan cleanup or lifecycle rule?) and its data is lost. Re-run the job.",
+                job_id=self.job_id, destination=self.destination.uri,
+            ) from exc
+
+    def move_staged(self, staged: StagedFile) -> None:
+        """Without a merge, a staged small file is copied to its final key (server-side, one request)."""
+        bucket = self.destination.bucket
+        try:
+            self.store.copy_object(bucket, staged.key, source_key=staged.staged_key, source_etag=staged.etag)
+        except MpcommitError:
+            info = self.store.head_object(bucket, staged.key)
+            if info is not None and info.size == staged.size:
+                return  # copied by an earlier, interrupted run
+            raise
+
+    # ------------------------------------------------------------ many items
+    def place_all(self, items: Iterator[Item], on_done: Callable[[Item], None], context: CommitContext, *,
+                  processes: int = 1) -> None:
+        """Place every item; ``on_done(item)`` runs on the calling thread as each is placed. The first failure
+        stops submitting and is raised once the calls in flight have ended."""
+        if processes > 1 and not self.skip_directories:
+            self._place_in_processes(items, on_done, context, processes)
+            return
+        window = COMPLETES_QUEUED_PER_THREAD * max(1, context.threads)
+        context.run(self.place, items, window=window, on_result=lambda item, _none: on_done(item))
+
+    def _place_in_processes(self, items: Iterator[Item], on_done: Callable[[Item], None], context: CommitContext,
+                            processes: int) -> None:
+        """Completes spread over worker processes (spawned, each with its own S3 client and ``threads /
+        processes`` threads), fed chunks of PROCESS_CHUNK uploads; staged files are moved here. The fault
+        checkpoints and progress run here as chunks come back."""
+        import multiprocessing
+
+        per_process = max(1, context.threads // processes)
+        procs = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init,
+                                    initargs=(self.store.options, self.destination.bucket, self.destination.prefix,
+                                              self.job_id, per_process))
+
+        def chunks() -> Iterator[list[Item]]:
+            chunk: list[Item] = []
+            for item in items:
+                chunk.append(item)
+                if len(chunk) >= PROCESS_CHUNK:
+                    yield chunk
+                    chunk = []
+            if chunk:
+                yield chunk
+
+        def run(chunk: list[Item]) -> None:
+            remote = [i for i in chunk if isinstance(i, PendingUpload)]
+            if remote:
+                try:
+                    procs.submit(_worker_complete, remote).result()
+                except _WorkerFailure as exc:
+                    if exc.kind == CommitStateUnknownError.__name__:
+                        raise CommitStateUnknownError(exc.message, job_id=self.job_id,
+                                                      destination=self.destination.uri) from None
+                    raise MpcommitError(f"a commit worker process failed: {exc.kind}: {exc.message}") from None
+            for i in chunk:
+                if isinstance(i, StagedFile):
+                    self.move_staged(i)
+
+        def done(chunk: list[Item], _none: None) -> None:
+            for item in chunk:
+                self._count_one()
+                on_done(item)
+
+        try:
+            # Two chunks per process in flight: one being completed, one waiting in its queue.
+            context.run(run, chunks(), window=2 * processes, on_result=done)
+        finally:
+            procs.shutdown(wait=True)
+
+
+def etag_matches(found: str, upload: PendingUpload) -> bool:
+    # SSE-KMS objects do not have MD5-based ETags; then size (checked by the caller) is what there is.
+    if not all(len(p.etag.strip('"')) == 32 for p in upload.parts):
+        return True
+    return found.strip('"') == upload.expected_etag.strip('"')
+
+
+# ---------------------------------------------------------------- commit worker processes
+_WORKER: tuple[Placer, CommitContext] | None = None
+
+
+def _worker_init(options: S3Options, bucket: str, prefix: str, job_id: str, threads: int) -> None:
+    """In a commit worker process: its own store (own boto3 client) and threads."""
+    global _WORKER
+    _WORKER = (Placer(S3Store(options), Destination(bucket, prefix), job_id), CommitContext(threads))
+
+
+class _WorkerFailure(MpcommitError):
+    """A failure in a commit worker process, carried back as (kind, message): mpcommit's errors take keyword
+    arguments that pickling does not carry."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(kind, message)
+        self.kind, self.message = kind, message
+
+
+def _worker_complete(uploads: list[PendingUpload]) -> int:
+    """Complete a chunk of uploads (idempotently, as Placer.complete does); raises the first failure."""
+    assert _WORKER is not None, "commit worker not initialised"
+    placer, context = _WORKER
+    try:
+        context.run(placer.complete, uploads)
+    except Exception as exc:  # noqa: BLE001 - carried back whole, as a picklable failure
+        raise _WorkerFailure(type(exc).__name__, str(exc)) from None
+    return len(uploads)
