@@ -123,6 +123,12 @@ def features(findings: list[Finding] | tuple[Finding, ...]) -> list[Feature]:
         "lifecycle safety net (mpcommit lifecycle)", lifecycle, f"bucket lifecycle: {value('lifecycle')}",
         "`mpcommit lifecycle BUCKET --abort-incomplete-days 7`" if lifecycle else
         "schedule `mpcommit uploads abort S3URI --older-than 7d --yes` (or scripts/cleanup_orphaned_uploads.py)"))
+    repeat = status("complete_twice") is Status.AS_S3 or status("multipart_etag") is Status.AS_S3
+    out.append(Feature(
+        "retried completes and recovery", repeat,
+        f"a repeated complete: {value('complete_twice')}; multipart ETag: {value('multipart_etag')}",
+        "" if repeat else "a recovery cannot recognise files it completed before a crash: it stops with "
+        "CommitStateUnknownError; check such files by hand (`mpcommit show`, the journal) before re-running"))
     copies = status("copy_range") is Status.AS_S3
     pinned = status("copy_if_match") is Status.AS_S3
     out.append(Feature(

@@ -381,8 +381,9 @@ def _etag_finding(etag: str, part_etags: list[str]) -> Finding:
     return Finding(probe, f"other ({etag})", Status.WORKED_AROUND, _ETAG_NOTE, f"expected {expected}")
 
 
-_ETAG_NOTE = ("mpcommit never requires the computed multipart ETag: a file is checked by its upload id, size and "
-              "the ETag the store returned")
+_ETAG_NOTE = ("a complete retried after its answer was lost, or repeated by a recovery, is recognised by the object's "
+              "size and this ETag where the store answers NoSuchUpload to it (see below): with another ETag there, "
+              "the recovery stops with CommitStateUnknownError instead of finishing")
 
 
 def _complete_twice(run: ProbeRun, key: str, upload_id: str, parts: list[dict[str, Any]], etag: str) -> Finding:
@@ -391,8 +392,9 @@ def _complete_twice(run: ProbeRun, key: str, upload_id: str, parts: list[dict[st
         again = run.complete(key, upload_id, parts)
     except NoSuchUploadError:
         return Finding(probe, "NoSuchUpload", Status.WORKED_AROUND,
-                       "a complete whose answer was lost and is retried finds NoSuchUpload: mpcommit then checks that "
-                       "the object exists with the upload's size and takes it as completed")
+                       "a complete retried after its answer was lost, or repeated by a recovery, finds NoSuchUpload: "
+                       "mpcommit then takes the object for its own when its size and multipart ETag (the MD5 of "
+                       "exactly these parts' MD5s) are the upload's")
     except StoreError as exc:
         return Finding(probe, f"error {_code(exc)}", Status.WORKED_AROUND, "", str(exc))
     same = str(again.get("ETag", "")) == etag
