@@ -62,7 +62,7 @@ GO="${GO:-$(command -v go || true)}"
 [[ -n "$GO" ]] || { [[ -x /usr/local/go/bin/go ]] && GO=/usr/local/go/bin/go; }
 if [[ -z "$GO" ]] || ! "$GO" version >/dev/null 2>&1; then
     say "cannot build $TOOL: no Go toolchain (install Go 1.26+ from https://go.dev/dl/ and put 'go' on PATH)," \
-        "then run 'make s3servers-install'. Without it the tests on $TOOL are skipped."
+        "then run 'make $TOOL-install'. Without it the tests on $TOOL are skipped."
     exit 1
 fi
 
@@ -82,7 +82,7 @@ say "building $TOOL ${VERSION[$TOOL]} with $("$GO" version | cut -d' ' -f3) into
 
 fail() {
     tail -20 "$log" >&2 || true
-    say "$1 (above: the last lines of the log). The tests on $TOOL are skipped until 'make s3servers-install' succeeds."
+    say "$1 (above: the last lines of the log). The tests on $TOOL are skipped until 'make $TOOL-install' succeeds."
     exit 1
 }
 
