@@ -52,9 +52,10 @@ def render(findings: dict[str, list[Finding]], versions: dict[str, str], when: s
         "through `mpcommit doctor` (`tests/stores/test_doctor.py`) and fails when this page no longer says what a "
         "server does. Run them against your own store with `mpcommit doctor s3://bucket/prefix`.",
         "",
-        f"Measured {when} on: " + ", ".join(f"{COLUMNS[n]} {versions[n]}" for n in COLUMNS) + ". "
-        "The AWS S3 column is AWS's documentation (linked per behaviour below), **not** a measurement: nothing "
-        "here ran against AWS.",
+        f"Measured on {when}. The AWS S3 column is AWS's documentation (linked per behaviour below), **not** a "
+        "measurement: nothing here ran against AWS.",
+        "",
+        "Servers: " + " · ".join(f"{COLUMNS[n]} {versions[n]}" for n in COLUMNS),
         "",
         "A cell marked *(handled)* differs from what AWS documents and mpcommit copes; *(limits)* differs and a "
         "feature is unsafe or unavailable on that store (`mpcommit doctor` says which, and what to do).",
@@ -83,8 +84,8 @@ def render(findings: dict[str, list[Finding]], versions: dict[str, str], when: s
     return "\n".join(lines).rstrip() + "\n"
 
 
-def parse(text: str) -> tuple[dict[str, dict[str, str]], str]:
-    """The matrix's cells, {backend: {behaviour title: cell}}, and the "Measured ... on:" line."""
+def parse(text: str) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
+    """The matrix's cells, {backend: {behaviour title: cell}}, and the versions measured, {backend: version}."""
     rows = [line for line in text.splitlines() if line.startswith("| ")]
     header = [c.strip() for c in rows[0].strip("|").split("|")]
     names = {label: name for name, label in COLUMNS.items()}
@@ -94,8 +95,9 @@ def parse(text: str) -> tuple[dict[str, dict[str, str]], str]:
         for label, value in zip(header[1:], cells[1:]):
             if label in names:
                 out[names[label]][cells[0]] = value
-    measured = next((line for line in text.splitlines() if line.startswith("Measured ")), "")
-    return out, measured
+    line = next((line for line in text.splitlines() if line.startswith("Servers: ")), "Servers: ")
+    versions = dict(item.split(" ", 1) for item in line[len("Servers: "):].split(" · ") if " " in item)
+    return out, {names[label]: v for label, v in versions.items() if label in names}
 
 
 def measure(name: str) -> list[Finding]:
