@@ -148,6 +148,3 @@ def features(findings: list[Finding] | tuple[Finding, ...]) -> list[Feature]:
         "" if nested else "choose destinations whose prefix is not also an object's key"))
     return out
 
-
-def probe_titles() -> dict[str, str]:
-    return {b.id: b.title for b in BEHAVIOURS}

@@ -26,7 +26,6 @@ from typing import Any
 from ..errors import (
     ChecksumMismatchError,
     InvalidPartError,
-    NoSuchKeyError,
     NoSuchUploadError,
     PreconditionFailedError,
     StoreError,

@@ -35,8 +35,7 @@ def data_files(client: Any, bucket: str, prefix: str) -> list[str]:
     return sorted(k for k in visible_keys(client, bucket, prefix) if not k.endswith("/"))
 
 
-@pytest.mark.parametrize("s3a_backend,fmt", on_backends(list(FORMATS), moto=("parquet",), go=("parquet",)),
-                         indirect=["s3a_backend"])
+@pytest.mark.parametrize("s3a_backend,fmt", on_backends(list(FORMATS), moto=("parquet",)), indirect=["s3a_backend"])
 def test_show_and_compact_a_table_written_by_the_s3a_magic_committer(s3a_spark, s3a_backend: Backend,
                                                                      s3a_bucket: str, fmt: str) -> None:
     spark, bucket, backend = s3a_spark, s3a_bucket, s3a_backend
