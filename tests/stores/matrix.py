@@ -70,8 +70,8 @@ def render(findings: dict[str, list[Finding]], versions: dict[str, str], when: s
         lines.append(f"| {behaviour.title} | " + " | ".join(cells) + f" | {behaviour.aws} |")
     lines += ["", "## Why each matters, and what mpcommit does where a store differs", ""]
     for behaviour in BEHAVIOURS:
-        lines += [f"### {behaviour.title}", "", f"mpcommit relies on it for {behaviour.why}. AWS S3: "
-                  f"{behaviour.aws} ([its documentation]({behaviour.aws_source})).", ""]
+        lines += [f"### {behaviour.title}", "", f"Why mpcommit cares: {behaviour.why}. AWS S3, from its "
+                  f"documentation: {behaviour.aws} ([source]({behaviour.aws_source})).", ""]
         differing = [(name, by[name][behaviour.id]) for name in COLUMNS
                      if behaviour.id in by[name] and by[name][behaviour.id].status is not Status.AS_S3]
         if not differing:
