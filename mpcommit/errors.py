@@ -153,6 +153,35 @@ class CommitFailedError(MpcommitError):
     """The commit definitely did not happen: nothing was made visible, cleanup is safe."""
 
 
+class CommitConflictError(CommitFailedError):
+    """Another job on the table, earlier in its commit order, changed what this job was built from (a compaction
+    whose sources an overwrite replaced): this job was not committed, nothing of it is visible."""
+
+    def __init__(self, message: str, *, job_id: str, other_job_id: str, destination: str):
+        super().__init__(message)
+        self.job_id = job_id
+        self.other_job_id = other_job_id
+        self.destination = destination
+
+    def __reduce__(self):  # picklable across processes, keyword arguments and all
+        return (_rebuild, (type(self), str(self), {"job_id": self.job_id, "other_job_id": self.other_job_id,
+                                                   "destination": self.destination}))
+
+
+class JobRolledBackError(CommitFailedError):
+    """The job was rolled back by another process (``jobs abort``, ``recover``, an orphan cleanup) before its
+    commit began: nothing of it is visible and it cannot be committed any more."""
+
+
+class ConcurrentJobsRefusedError(CommitFailedError):
+    """The store does not honour conditional writes, so concurrent jobs on one table cannot be ordered, and
+    another job was committing on the table: this one was refused before anything of it became visible."""
+
+
+def _rebuild(cls: type, message: str, kwargs: dict) -> BaseException:
+    return cls(message, **kwargs)
+
+
 class CommitStateUnknownError(MpcommitError):
     """The commit may have partly happened: never clean up, run ``mpcommit jobs recover``."""
 

@@ -78,6 +78,7 @@ class JobState(str, Enum):
 
     WRITING = "writing"        # descriptor only: tasks may still be writing
     COMMITTING = "committing"  # journal written: `recover` finishes it, never cleans it up
+    ROLLING_BACK = "rolling_back"  # a rollback claimed its journal key: it can never commit; `recover` ends it
     COMMITTED = "committed"    # _SUCCESS names this job; only leftover records remain
     # An aborted job has no state: its abort removes every record it had.
 

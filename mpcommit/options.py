@@ -93,3 +93,35 @@ class WriterSettings:
             raise UsageError("closing_bytes must be at least 1")
         if self.max_parts_in_flight < 1 or self.upload_threads < 1:
             raise UsageError("max_parts_in_flight and upload_threads must be at least 1")
+
+
+@dataclass(frozen=True)
+class OrderSettings:
+    """How a job keeps its place in its table's commit order (mpcommit.protocol.order).
+
+    A live job says so by rewriting a small heartbeat record every ``heartbeat_seconds``. A job that waits for
+    an earlier one (an overwrite waits for every earlier job touching what it replaces) takes the earlier job
+    for dead once its heartbeat has not changed for ``lease_seconds`` of the waiter's own observation (no two
+    hosts' clocks are compared), and then finishes or rolls it back itself, as ``mpcommit jobs recover`` would.
+    ``max_wait_seconds`` bounds the wait for live jobs (None: as long as they are alive); past it the waiting
+    commit fails, naming the job it waited for.
+    """
+
+    heartbeat_seconds: float = 10.0
+    lease_seconds: float = 60.0
+    poll_seconds: float = 1.0
+    max_wait_seconds: float | None = None
+    #: Resolved entries kept below the oldest unresolved one; older ones are deleted now and then, so that a
+    #: table with a million jobs lists a few hundred order records, not a million.
+    keep_resolved: int = 200
+
+    def __post_init__(self) -> None:
+        if self.heartbeat_seconds <= 0 or self.poll_seconds <= 0:
+            raise UsageError("OrderSettings: heartbeat_seconds and poll_seconds must be positive")
+        if self.lease_seconds < 2 * self.heartbeat_seconds:
+            raise UsageError("OrderSettings.lease_seconds must be at least twice heartbeat_seconds, or a live job "
+                             "could be taken for dead between two beats")
+        if self.max_wait_seconds is not None and self.max_wait_seconds < 0:
+            raise UsageError("OrderSettings.max_wait_seconds cannot be negative")
+        if self.keep_resolved < 10:
+            raise UsageError("OrderSettings.keep_resolved must be at least 10")

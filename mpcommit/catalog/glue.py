@@ -268,8 +268,10 @@ class GlueCatalog:
                                             operation="glue:BatchGetPartition", code="UnprocessedKeys")
 
     def _all_partitions(self, table: TableName) -> Iterator[ExistingPartition]:
-        """Every partition of the table, across all pages of GetPartitions."""
+        """Every partition of the table, across all pages of GetPartitions -- proven complete (I8): a NextToken
+        that does not advance (a page asked for twice) is an error, never an endless loop."""
         params: dict[str, Any] = {"DatabaseName": table.database, "TableName": table.name, "MaxResults": 1000}
+        used: set[str] = set()
         while True:
             response = self._call("get_partitions", str(table), **params)
             for p in response.get("Partitions") or []:
@@ -277,6 +279,12 @@ class GlueCatalog:
             token = response.get("NextToken")
             if not token:
                 return
+            if token in used:
+                raise CatalogError(
+                    f"Glue's listing of the partitions of {table} is inconsistent: it handed back NextToken "
+                    f"{token[:40]!r} twice after {len(used)} pages, so some partitions may be missing. Nothing was "
+                    "registered from it; try again, or report it to the catalog's maintainers.")
+            used.add(token)
             params["NextToken"] = token
 
     def _create(self, table: TableName, info: Mapping[str, Any],

@@ -11,12 +11,11 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from ..errors import JobStateError, NoSuchKeyError
+from ..errors import JobStateError
 from ..modes import JobState
 from ..operations.uploads import DEFAULT_THREADS, UploadScope, list_uploads
 from ..protocol.commit import JobCommitter
-from ..protocol.job import Job
-from ..protocol.inventory import JobStatus, list_jobs
+from ..protocol.inventory import JobStatus, list_jobs, locate_job
 from ..protocol.recovery import RecoveryAction, RecoveryOutcome, recover
 from .common import (
     DURATION,
@@ -88,7 +87,7 @@ def list_command(ctx: click.Context, uri: str, as_json: bool) -> None:
     for name in shown:
         table.add_column(name, justify="left" if name in ("Job", "State", "Purpose", "Mode", "Created") else "right",
                          no_wrap=True)
-    styles = {JobState.COMMITTING: "bold yellow", JobState.COMMITTED: "green"}
+    styles = {JobState.COMMITTING: "bold yellow", JobState.ROLLING_BACK: "yellow", JobState.COMMITTED: "green"}
     for s in statuses:
         cells = {
             "Job": s.job_id, "State": Text(s.state.value, style=styles.get(s.state, "")),
@@ -98,8 +97,8 @@ def list_command(ctx: click.Context, uri: str, as_json: bool) -> None:
         }
         table.add_row(*(cells[name] for name in shown))
     out.print(table)
-    if any(s.state is JobState.COMMITTING for s in statuses):
-        out.print(f"A committing job was interrupted mid-commit: finish it with `mpcommit jobs recover {dest.uri}`.")
+    if any(s.state in (JobState.COMMITTING, JobState.ROLLING_BACK) for s in statuses):
+        out.print(f"A commit or rollback was interrupted: finish it with `mpcommit jobs recover {dest.uri}`.")
 
 
 def _action_json(a: RecoveryAction) -> dict[str, object]:
@@ -113,13 +112,16 @@ def _action_json(a: RecoveryAction) -> dict[str, object]:
 @click.option("--older-than", type=DURATION, metavar="DUR",
               help="Also roll back uncommitted jobs with no sign of life (a record or a new upload) for this long "
                    "(without it, writing jobs are left alone).")
+@click.option("--dry-run", is_flag=True, help="Say what would be completed, deleted and rolled back; change nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of text.")
 @click.pass_context
-def recover_command(ctx: click.Context, uri: str, job_id: str | None, older_than: float | None, as_json: bool) -> None:
+def recover_command(ctx: click.Context, uri: str, job_id: str | None, older_than: float | None, dry_run: bool,
+                    as_json: bool) -> None:
     """Finish interrupted commits under S3URI from their journals, and roll back old or named uncommitted jobs.
 
-    The result of finishing equals an uninterrupted commit. A job that showed a sign of life (a record or a new
-    upload) within --older-than is left alone: it may be live.
+    The result of finishing equals an uninterrupted commit. A job that showed a sign of life (a record, its
+    driver's heartbeat or a new upload) within --older-than is left alone: it may be live. Several recoveries
+    and the job's own driver may run at once: one finishes the job, the others say it was finished elsewhere.
     """
     dest = destination(uri)
     store = cli_context(ctx).store()
@@ -133,7 +135,7 @@ def recover_command(ctx: click.Context, uri: str, job_id: str | None, older_than
             out.print(Text.assemble((f"{a.action.value:<12}", style), f" {a.job_id}  {a.detail}"))
 
     with ProgressBars() as progress, progress.status(f"Recovering jobs under {dest.uri}"):
-        recover(dest, store=store, job_id=job_id, older_than=older_than, on_action=on_action)
+        recover(dest, store=store, job_id=job_id, older_than=older_than, on_action=on_action, dry_run=dry_run)
     missing = job_id is not None and not actions
     ok = not missing and not any(a.action is RecoveryOutcome.FAILED for a in actions)
     if as_json:
@@ -162,35 +164,40 @@ def abort_command(ctx: click.Context, uri: str, job_id: str, dry_run: bool, yes:
     store = cli_context(ctx).store()
     out = out_console()
     with ProgressBars() as progress, progress.status(f"Looking up job {job_id}"):
-        status = next((s for s in list_jobs(store, dest) if s.job_id == job_id), None)
-        orphans = [u for u in list_uploads(store, UploadScope.parse(dest.uri), sizes=False) if u.job_id == job_id]
+        # Wherever its records are: under the URI, above it (the URI is a partition of its table) or below it
+        # (the URI is a folder holding its table) -- the same lookup `uploads abort` makes.
+        status = locate_job(store, dest, job_id)
+        orphans = [] if status is not None else [
+            u for u in list_uploads(store, UploadScope.parse(dest.uri), sizes=False) if u.job_id == job_id]
     if status is None and not orphans:
         fail(f"no job {job_id} under {dest.uri}: it has no records and no pending uploads there")
         ctx.exit(1)
     if status is not None and status.state is JobState.COMMITTING:
         raise JobStateError(
             f"job {job_id} is committing: its files may be partly visible and rolling back would lose them. "
-            f"Finish it with `mpcommit jobs recover {dest.uri} --job {job_id}`."
+            f"Finish it with `mpcommit jobs recover {status.destination.uri} --job {job_id}`."
         )
+    where = status.destination if status is not None else dest
     uploads = status.pending_uploads if status is not None else len(orphans)
-    state = status.state.value if status is not None else "no records left"
+    state = status.state.value if status is not None else "no records anywhere"
     records = status.records if status is not None else 0
     if dry_run:
-        out.print(f"Dry run: rolling back job {job_id} ({state}) under {dest.uri} would abort "
-                  f"{plural(uploads, 'upload')} and remove {plural(records, 'record')}. Nothing was changed.")
+        out.print(f"Dry run: rolling back job {job_id} ({state}) of {where.uri} would abort "
+                  f"{plural(uploads or 0, 'upload')} and remove {plural(records, 'record')}. Nothing was changed.")
         return
     if not yes:
-        if not click.confirm(f"Roll back job {job_id} ({state}) under {dest.uri}: abort {plural(uploads, 'upload')} and "
-                             f"remove {plural(records, 'record')}?", default=False, err=True):
+        if not click.confirm(f"Roll back job {job_id} ({state}) of {where.uri}: abort {plural(uploads or 0, 'upload')} "
+                             f"and remove {plural(records, 'record')}?", default=False, err=True):
             err_console().print("Not confirmed: nothing was changed.")
             ctx.exit(1)
     with ProgressBars() as progress, progress.status(f"Rolling back job {job_id}"):
-        try:
-            report = Job.open(dest.uri, job_id, store=store).abort()
+        if status is not None:
+            # The commit barrier first: a job that begins committing meanwhile is refused (JobStateError).
+            report = JobCommitter(store, where, job_id).rollback(reason="`mpcommit jobs abort`")
             aborted, removed = report.aborted_uploads, report.deleted_records
-        except NoSuchKeyError:
-            # No descriptor (never written, or removed by an interrupted cleanup): roll back what is left.
-            fallback = JobCommitter(store, dest, job_id).abort()
-            aborted, removed = fallback.aborted_uploads, fallback.deleted_records
-    out.print(f"Rolled back job {job_id} under {dest.uri}: aborted {plural(aborted, 'upload')}, removed "
+        else:
+            # No records anywhere: these uploads belong to no job that could still commit them.
+            aborted = sum(store.abort_multipart_upload(dest.bucket, u.key, u.upload_id) for u in orphans)
+            removed = 0
+    out.print(f"Rolled back job {job_id} of {where.uri}: aborted {plural(aborted, 'upload')}, removed "
               f"{plural(removed, 'record')}. Nothing of it is pending any more.")

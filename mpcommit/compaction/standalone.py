@@ -24,12 +24,22 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from ..errors import MpcommitError
-from ..options import S3Options
+from ..errors import CommitFailedError, MpcommitError, UsageError
+from ..options import OrderSettings, S3Options
 from ..protocol.commit import CommitReport
 from ..protocol.inventory import committing_jobs
 from ..protocol.job import Job
-from ..protocol.layout import Destination, data_file_name, is_hidden_key, job_id_of_key, new_job_id, parse_uri
+from ..protocol.layout import (
+    Destination,
+    data_file_name,
+    is_hidden_key,
+    job_id_of_key,
+    nested_table_of,
+    owner_of_key,
+    parse_uri,
+    table_of,
+)
+from ..protocol.order import TableOrder
 from ..protocol.records.job import DeleteEntry
 from ..protocol.records.manifest import INLINE_MAX_PARTS, PendingUpload, TaskManifest, TaskResult
 from ..pool import ProgressHook, run_bounded
@@ -138,13 +148,19 @@ class Listing:
     listed: int
     ignored: int
     under: Counter[str]
+    #: Jobs whose records the listing showed (committing, writing, or records left behind).
+    with_records: set[str] = field(default_factory=set)
 
 
 def list_candidates(store: S3Store, destination: Destination, fmt: Format | None) -> Listing:
-    """List the destination once: data files (hidden ones skipped) become candidates."""
+    """List the destination once: data files (hidden ones skipped) become candidates; the jobs whose records
+    the listing shows are noted (their files stay where they are), and a folder holding another table is
+    refused (its jobs are ordered by its own commit order, which this compaction does not take part in)."""
     candidates: list[Candidate] = []
     kinds: dict[str, FileKind] = {}
     under: Counter[str] = Counter()
+    with_records: set[str] = set()
+    table = table_of(destination)
     listed = ignored = 0
     for obj in store.list_objects(destination.bucket, destination.root):
         directory = obj.key.rsplit("/", 1)[0] + "/" if "/" in obj.key else ""
@@ -154,6 +170,15 @@ def list_candidates(store: S3Store, destination: Destination, fmt: Format | None
                 break
             directory = directory[:-1].rsplit("/", 1)[0] + "/" if "/" in directory[:-1] else ""
         if obj.key.endswith("/") or is_hidden_key(destination, obj.key):
+            other = nested_table_of(table, obj.key)
+            if other is not None:
+                raise UsageError(
+                    f"{destination.uri} holds another table, {other}, which keeps commit records of its own: a "
+                    f"compaction here could merge files of its jobs while they commit. Compact each table by its own "
+                    f"URI (mpcommit compact {other}). Nothing was changed.")
+            owner = owner_of_key(obj.key)
+            if owner.root is not None and owner.job_id is not None:
+                with_records.add(owner.job_id)
             continue
         listed += 1
         rel = obj.key[len(destination.root):]
@@ -164,7 +189,25 @@ def list_candidates(store: S3Store, destination: Destination, fmt: Format | None
             continue
         kinds[obj.key] = kind
         candidates.append(Candidate(obj.key, obj.size, obj.etag, partition, kind.group))
-    return Listing(candidates, kinds, listed, ignored, under)
+    return Listing(candidates, kinds, listed, ignored, under, with_records)
+
+
+def jobs_in_flight(store: S3Store, destination: Destination, order: TableOrder, listing: Listing) -> set[str]:
+    """Jobs whose files must stay where they are: those with records in the listing or above it (a partition's
+    URI inside a table whose job is committing), and those holding an open place in the table's commit order.
+    ``recover`` completes such a job's uploads again and must find its objects; its journal and its place both
+    exist before any of its files is visible, so one look after the listing finds every such job."""
+    busy = set(listing.with_records)
+    table = order.table
+    here = destination
+    while True:
+        busy |= committing_jobs(store, here)
+        if here.prefix == table.prefix or not here.prefix:
+            break
+        here = Destination(here.bucket, here.prefix.rsplit("/", 1)[0] if "/" in here.prefix else "")
+    view = order.view()
+    busy |= {e.job_id for e in order.entries(view.open)}
+    return busy
 
 
 def compact(
@@ -182,12 +225,15 @@ def compact(
     pool: Executor | None = None,
     copy_threads: int = DEFAULT_COPY_THREADS,
     copy_pool: Executor | None = None,
+    order_settings: OrderSettings | None = None,
 ) -> CompactionReport:
     """Compact the dataset at ``uri``: see the module docstring. Returns what was planned and done.
 
-    Raises UsageError for bad arguments, StoreError when the listing fails, CommitStateUnknownError when
-    the commit failed after its journal (run ``mpcommit jobs recover``). Bins that cannot be merged do not
-    raise: they are reported as skipped, with the reason.
+    Raises UsageError for bad arguments (and for a folder holding another table), StoreError when the listing
+    fails, CommitConflictError when an overwrite or compaction of the same files took effect while this one
+    ran (nothing of it is visible; run it again), CommitStateUnknownError when the commit failed after its
+    journal (run ``mpcommit jobs recover``). Bins that cannot be merged do not raise: they are reported as
+    skipped, with the reason.
     """
     t0 = time.monotonic()
     progress = progress or _noop
@@ -199,20 +245,25 @@ def compact(
     before = store.request_counts()
     timings: dict[str, float] = {}
 
+    order = TableOrder(store, table_of(destination), order_settings)
+    # What the table's order held before the listing: at commit, an overwrite or compaction touching these
+    # sources that took effect since makes this compaction give up instead of bringing their rows back.
+    since = order.snapshot()
     listing = list_candidates(store, destination, fmt)
-    # Files of a job whose commit is in flight or was interrupted stay where they are: `recover` completes
-    # that job's uploads again and must find its objects (see JobCommitter._replace_old). Its journal exists
-    # before any of its files is visible, so one look after the listing finds every such job.
-    committing = committing_jobs(store, destination)
-    if committing:
-        listing.candidates = [c for c in listing.candidates if job_id_of_key(destination, c.key) not in committing]
+    busy = jobs_in_flight(store, destination, order, listing)
+    if busy:
+        listing.candidates = [c for c in listing.candidates if job_id_of_key(destination, c.key) not in busy]
     kinds, listed, ignored = listing.kinds, listing.listed, listing.ignored
     progress("list", listed, listed)
     bins = plan_bins(listing.candidates, policy)
     timings["plan"] = time.monotonic() - t0
     progress("plan", len(bins), len(bins))
 
-    job_id = "<job>" if dry_run or not bins else new_job_id()
+    job: Job | None = None
+    if not dry_run and bins:
+        job = Job.create(destination.uri, mode="append", s3=options, purpose="compact", store=store,
+                         order=order_settings, progress=lambda step, done, total: progress(f"commit.{step}", done, total))
+    job_id = job.job_id if job is not None else "<job>"
     planned = [_Planned(b, kinds[b.sources[0].key], i, _output_key(destination, b, kinds[b.sources[0].key], i, job_id))
                for i, b in enumerate(bins)]
 
@@ -225,12 +276,10 @@ def compact(
             timings=timings, **extra,
         )
 
-    if dry_run or not bins:
+    if job is None:
         return report(Outcome.DRY_RUN if dry_run else Outcome.NOTHING_TO_DO,
                       [_bin_report(p, BinStatus.PLANNED) for p in planned])
 
-    job = Job.create(destination.uri, mode="append", s3=options, purpose="compact", store=store, job_id=job_id,
-                     progress=lambda step, done, total: progress(f"commit.{step}", done, total))
     stats = MergeStats()
     own_pool = pool is None
     parts_pool: Executor = pool or ThreadPoolExecutor(threads, thread_name_prefix="mpcommit-compact")
@@ -267,7 +316,13 @@ def compact(
     delete = [DeleteEntry(src.key, src.etag) for p, o in zip(planned, outcomes) if isinstance(o, TaskResult)
               for src in p.bin.sources]
     t = time.monotonic()
-    committed = job.commit(results, delete=delete)
+    try:
+        committed = job.commit(results, delete=delete, since=since)
+    except CommitFailedError:
+        # Not committed, nothing of it visible (an earlier job replaced its sources meanwhile, or it could not
+        # take its place): its merged uploads are aborted and the sources stay as they are.
+        job.abort()
+        raise
     timings["commit"] = time.monotonic() - t
     return report(Outcome.COMMITTED, reports, job_id=job.job_id, stats=stats.to_json(), commit=committed)
 

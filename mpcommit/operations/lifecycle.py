@@ -12,7 +12,7 @@ Pick N longer than your longest job: S3 aborts a live job's uploads just the sam
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
@@ -142,7 +142,7 @@ def _unsupported(bucket: str, exc: UnsupportedRequestError) -> UnsupportedReques
 def show(store: S3Store, bucket: str) -> tuple[list[dict[str, Any]], list[AbortRule]]:
     """The bucket's lifecycle rules, and those among them that abort incomplete uploads."""
     try:
-        rules = store.get_lifecycle_rules(bucket)
+        rules = store.get_lifecycle(bucket).rules
     except UnsupportedRequestError as exc:
         raise _unsupported(bucket, exc) from exc
     return rules, abort_rules(rules)
@@ -152,10 +152,12 @@ def install(store: S3Store, bucket: str, days: int) -> InstallResult:
     """Add (or update) mpcommit's abort rule, keeping every other rule. Idempotent: no write when unchanged."""
     check_days(days)
     try:
-        rules = store.get_lifecycle_rules(bucket)
+        lifecycle = store.get_lifecycle(bucket)
+        rules = lifecycle.rules
         merged, change = merge(rules, days)
         if change is not Change.UNCHANGED:
-            store.put_lifecycle_rules(bucket, merged)
+            # The bucket-wide settings go back as they were read: only our rule changes.
+            store.put_lifecycle(bucket, replace(lifecycle, rules=merged))
     except UnsupportedRequestError as exc:
         raise _unsupported(bucket, exc) from exc
     others = tuple(r for r in abort_rules(merged) if not r.ours and r.whole_bucket and r.enabled)

@@ -524,7 +524,7 @@ def _delete_objects_quiet(run: ProbeRun) -> Finding:
 def _lifecycle(run: ProbeRun) -> Finding:
     probe = "lifecycle"
     try:
-        rules = run.store.get_lifecycle_rules(run.bucket)
+        rules = run.store.get_lifecycle(run.bucket).rules
     except UnsupportedRequestError as exc:
         return Finding(probe, f"not implemented ({_code(exc)})", Status.LIMITS,
                        "no lifecycle safety net: run `mpcommit uploads abort --older-than 7d` (or "
@@ -559,12 +559,12 @@ _AWS_API = "https://docs.aws.amazon.com/AmazonS3/latest/API/"
 
 BEHAVIOURS: tuple[Behaviour, ...] = (
     Behaviour("put_if_none_match", "PutObject `If-None-Match: *` on an existing key",
-              "concurrent jobs on one table are ordered by the store, never by clocks (SPEC I9); a job's descriptor is "
-              "written so, and store/conditional.py asks this of every bucket",
+              "concurrent jobs on one table take numbered places in its commit order with it (protocol/order.py), so "
+              "the store orders them, never clocks (SPEC I9); descriptors and journals are created so too",
               "412 Precondition Failed", _AWS_CONDITIONAL),
     Behaviour("put_if_match", "PutObject `If-Match` with a stale ETag",
-              "a record is replaced only if nobody changed it since it was read (SPEC I9; store/conditional.py asks "
-              "this too)",
+              "a job's heartbeat and the table's _SUCCESS are replaced only if nobody changed them since they were "
+              "read (SPEC I9)",
               "412 Precondition Failed", _AWS_CONDITIONAL),
     Behaviour("complete_if_none_match", "CompleteMultipartUpload `If-None-Match: *` on an existing key",
               "a file completed only where no other file is (SPEC I9); S3Store offers it, the commit does not send "

@@ -33,7 +33,8 @@ from typing import Any
 
 from ..errors import JobStateError, MpcommitError, NoSuchUploadError, OperationCancelledError, UsageError
 from ..modes import JobState
-from ..protocol.inventory import JobStatus, find_owning_jobs, is_committing
+from ..protocol.commit import JobCommitter
+from ..protocol.inventory import JobStatus, find_owning_jobs
 from ..protocol.layout import check_job_id, owner_of_key, parse_uri
 from ..sizing import short_duration
 from ..pool import ProgressHook, run_bounded
@@ -229,9 +230,12 @@ def list_uploads(store: S3Store, scope: UploadScope, *, older_than: float | None
     """Every pending upload in ``scope`` (all pages), oldest first within a key; ``older_than`` (seconds) keeps
     only uploads at least that old. With ``sizes``, each carries its parts and bytes (one ListParts each);
     an upload that vanished meanwhile is left out. Raises OperationCancelledError when ``cancel`` is set."""
-    now = time.time() if now is None else now
     found: list[InProgressUpload] = []
-    for info in store.list_multipart_uploads(scope.bucket, scope.prefix):
+    listed = store.list_multipart_uploads(scope.bucket, scope.prefix)
+    # Ages by the store's clock, which stamped the uploads (a host whose clock runs ahead would see every
+    # upload as older than it is); learnt from the listing's own answer.
+    now = store.server_time(scope.bucket) if now is None else now
+    for info in listed:
         if cancel is not None and cancel.is_set():
             raise OperationCancelledError(f"cancelled after listing {len(found)} uploads; nothing was changed")
         upload = InProgressUpload(info.key, info.upload_id, info.initiated, owner_of_key(info.key).job_id)
@@ -328,27 +332,42 @@ def abort_uploads(store: S3Store, bucket: str, uploads: Sequence[InProgressUploa
     """Abort ``uploads`` in parallel. Returns a result per upload and False when cancelled.
 
     An upload that is no longer pending is VANISHED, not an error (another cleaner, or its job, got there
-    first). Just before the first abort of a job that has records, its journal is checked once more: a job
-    that started committing since the plan was made is SKIPPED. The first real failure stops further aborts
-    (the rest are NOT_DONE): failures such as AccessDenied are rarely limited to one upload.
+    first). Before the first abort of a job that has records, the job's commit is stopped for good: its journal
+    key is claimed for a rollback (the same barrier ``jobs abort`` and ``recover`` use), so that it can never
+    begin committing once some of its uploads are gone; a job that began committing meanwhile keeps every
+    upload (SKIPPED); a committed job's leftovers are simply aborted. Once its uploads here are aborted, a job
+    stopped so has its rollback finished: its other uploads,
+    anywhere under its destination, are aborted and its records removed (a job that can never commit is worth
+    nothing, and its records would otherwise stay for ever). The first real failure stops further aborts (the
+    rest are NOT_DONE): failures such as AccessDenied are rarely limited to one upload.
     """
     jobs = jobs or {}
     results: dict[int, AbortResult] = {}
-    committing: dict[str, bool] = {}
-    committing_lock = threading.Lock()
+    stopped: dict[str, bool] = {}
+    stopped_lock = threading.Lock()
     failed = threading.Event()
 
-    def started_committing(job: JobStatus) -> bool:
-        with committing_lock:
-            if job.job_id not in committing:
-                committing[job.job_id] = is_committing(store, job)
-            return committing[job.job_id]
+    def committer_of(job: JobStatus) -> JobCommitter:
+        return JobCommitter(store, job.destination, job.job_id, threads=0)
+
+    def stop_commit(job: JobStatus) -> bool:
+        """Whether the job's commit is stopped (by this call or before); False when it is committing."""
+        if job.state is JobState.COMMITTED:
+            return True  # committed already: what is left of it are losers' uploads and records
+        with stopped_lock:
+            if job.job_id not in stopped:
+                try:
+                    committer_of(job).stop_commit(reason="its uploads were aborted as orphans")
+                    stopped[job.job_id] = True
+                except JobStateError:
+                    stopped[job.job_id] = False
+            return stopped[job.job_id]
 
     def one(index: int) -> AbortResult:
         u = uploads[index]
         job = jobs.get(u.job_id) if u.job_id else None
         try:
-            if job is not None and started_committing(job):
+            if job is not None and not stop_commit(job):
                 return AbortResult(u, AbortOutcome.SKIPPED,
                                    f"job {job.job_id} started committing: run `mpcommit jobs recover {job.destination.uri}`")
             if store.abort_multipart_upload(bucket, u.key, u.upload_id):
@@ -366,6 +385,13 @@ def abort_uploads(store: S3Store, bucket: str, uploads: Sequence[InProgressUploa
 
     complete = run_bounded(one, range(len(uploads)), threads=threads, on_result=keep, cancel=cancel,
                            progress=progress, phase="abort", total=len(uploads))
+    if complete and not failed.is_set():
+        for job_id in sorted(j for j, ok in stopped.items() if ok):
+            try:
+                committer_of(jobs[job_id]).rollback(reason="its uploads were aborted as orphans")
+            except MpcommitError as exc:
+                log.warning("job %s: its uploads were aborted but finishing its rollback failed (%s); "
+                            "`mpcommit jobs recover --job %s` finishes it", job_id, exc, job_id)
     ordered = []
     for index, u in enumerate(uploads):
         if index in results:
@@ -419,7 +445,7 @@ def cleanup(
             f"job {job_id} is committing: its pending uploads are the data being committed and must not be "
             f"aborted. Finish it with `mpcommit jobs recover {named.destination.uri} --job {job_id}`."
         )
-    now = time.time()
+    now = store.server_time(scope.bucket)
     plan = plan_abort(listed, jobs, older_than=older_than, job_id=job_id, now=now)
     measured, complete = measure(store, scope.bucket, plan.selected, threads=threads, cancel=cancel, progress=progress)
     gone = [AbortResult(u, AbortOutcome.VANISHED, "no longer pending (completed, or aborted by someone else)")

@@ -4,9 +4,10 @@ Production code calls ``checkpoint(name, index)`` at each step; it does nothing 
 hook with :func:`installed` or set ``MPCOMMIT_FAULT`` (for subprocesses that are killed outright), e.g.
 ``MPCOMMIT_FAULT=commit.after_complete:3:kill`` -- kill the process after the 3rd complete.
 
-Points: writer.created, writer.part_uploaded (k), task.before_commit, task.after_commit,
-commit.after_journal, commit.after_complete (k), commit.before_delete_batch (k), commit.before_success,
-commit.after_success, commit.during_cleanup.
+Points: writer.created, writer.part_uploaded (k), task.before_commit, task.after_commit, commit.after_place
+(the job holds its place in the table's commit order, its journal not yet claimed), commit.after_journal,
+commit.after_complete (k), commit.before_delete_batch (k), commit.before_success, commit.after_success,
+commit.during_cleanup, rollback.after_claim (a rollback holds the journal key, nothing aborted yet).
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 POINTS = (
-    "writer.created", "writer.part_uploaded", "task.before_commit", "task.after_commit",
+    "writer.created", "writer.part_uploaded", "task.before_commit", "task.after_commit", "commit.after_place",
     "commit.after_journal", "commit.after_complete", "commit.before_delete_batch", "commit.before_success",
-    "commit.after_success", "commit.during_cleanup",
+    "commit.after_success", "commit.during_cleanup", "rollback.after_claim",
 )
 
 Hook = Callable[[str, int], None]

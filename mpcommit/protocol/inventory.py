@@ -9,10 +9,12 @@ touches another job's uploads). The rules:
 * a job exists while it has records under ``ROOT_temporary/mpcommit/JOBID/``; a key belongs to the job its
   name or hidden prefix carries (:func:`~.layout.job_id_of_key`, :func:`~.layout.owner_of_key`), never to a
   prefix;
-* a journal means COMMITTING (``recover`` finishes it; nothing may clean it up); a ``_SUCCESS`` that names
+* a journal means COMMITTING (``recover`` finishes it; nothing may clean it up), a rollback record at the
+  journal key ROLLING_BACK (it can never commit; ``recover`` ends the rollback); a ``_SUCCESS`` that names
   the job means COMMITTED (only its records are left); otherwise the job may still be WRITING;
 * its age runs from its descriptor (else its oldest record), its idle time from its newest sign of life: the
-  descriptor, any record, any of its pending uploads.
+  descriptor, any record (its driver's heartbeat among them), any of its pending uploads anywhere under its
+  destination -- not only those in the scope a tool was given.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from ..modes import JobState
 from ..pool import ProgressHook, run_bounded
 from ..store.s3 import ObjectInfo, S3Store, UploadInfo
 from .layout import Destination, JobPaths, job_id_of_hidden_key, job_id_of_key, owner_of_key
-from .records.job import JobDescriptor
+from .records.job import JobDescriptor, JobRollback, read_claim
 from .records.success import SuccessData
 
 log = logging.getLogger(__name__)
@@ -107,7 +109,7 @@ def _status(store: S3Store, destination: Destination, job_id: str, records: Sequ
         except (ManifestError, NoSuchKeyError) as exc:
             log.warning("unreadable job descriptor s3://%s/%s: %s", destination.bucket, paths.descriptor, exc)
     if paths.journal in keys:
-        state = JobState.COMMITTING
+        state = _claim_state(store, destination, job_id)
     else:
         success = successes.of(destination)
         state = JobState.COMMITTED if success is not None and success.job_id == job_id else JobState.WRITING
@@ -120,6 +122,19 @@ def _status(store: S3Store, destination: Destination, job_id: str, records: Sequ
         last_activity_ms=max(signs_of_life, default=None), pending_uploads=pending_uploads,
         mode=descriptor.mode.value if descriptor else None, purpose=descriptor.purpose if descriptor else None,
     )
+
+
+def _claim_state(store: S3Store, destination: Destination, job_id: str) -> JobState:
+    """COMMITTING or ROLLING_BACK, from what holds the job's journal key (unreadable: COMMITTING, never cleaned)."""
+    paths = JobPaths(destination, job_id)
+    try:
+        claim = read_claim(store.get_object(destination.bucket, paths.journal), where=paths.journal,
+                           destination=destination, job_id=job_id)
+    except NoSuchKeyError:
+        return JobState.COMMITTING  # gone meanwhile: the next look tells
+    except ManifestError:
+        return JobState.COMMITTING
+    return JobState.ROLLING_BACK if isinstance(claim, JobRollback) else JobState.COMMITTING
 
 
 def _ms(value: datetime) -> int:
@@ -135,11 +150,6 @@ def committing_jobs(store: S3Store, destination: Destination) -> set[str]:
         if job_id is not None and obj.key == JobPaths(destination, job_id).journal:
             out.add(job_id)
     return out
-
-
-def is_committing(store: S3Store, job: JobStatus) -> bool:
-    """Whether the job's journal exists now: its commit may have started since ``job`` was read."""
-    return store.head_object(job.destination.bucket, JobPaths(job.destination, job.job_id).journal) is not None
 
 
 # ---------------------------------------------------------------- the jobs of one destination
@@ -191,27 +201,57 @@ def find_owning_jobs(store: S3Store, bucket: str, uploads: Iterable[_PendingUplo
             root_hint[owner.job_id] = owner.root
     successes = _SuccessFiles(store)
 
-    def probe(job_id: str) -> JobStatus | None:
+    def probe(job_id: str) -> tuple[Destination, list[ObjectInfo]] | None:
         own = by_job[job_id]
         candidates = [root_hint[job_id]] if job_id in root_hint else _ancestors(_common_directory(u.key for u in own))
         for root in candidates:
             destination = Destination(bucket, root.rstrip("/"))
             records = list(store.list_objects(bucket, JobPaths(destination, job_id).root))
             if records:
-                return _status(store, destination, job_id, records, successes=successes, uploads=own,
-                               pending_uploads=None)
+                return destination, records
         return None
 
-    jobs: dict[str, JobStatus] = {}
+    found: dict[str, tuple[Destination, list[ObjectInfo]]] = {}
 
-    def keep(_job_id: str, found: JobStatus | None) -> None:
-        if found is not None:
-            jobs[found.job_id] = found
+    def keep(job_id: str, where: tuple[Destination, list[ObjectInfo]] | None) -> None:
+        if where is not None:
+            found[job_id] = where
 
     if not run_bounded(probe, sorted(by_job), threads=threads, on_result=keep, cancel=cancel,
                        progress=progress, phase="jobs", total=len(by_job)):
         raise OperationCancelledError("cancelled while reading job records; nothing was changed")
-    return jobs
+    # A job's sign of life is any of its uploads under its whole destination, not only those in the scope given:
+    # a cleanup of one partition must see that the job wrote into another a second ago. One listing per
+    # destination, taken after the records.
+    everywhere: dict[Destination, dict[str, list[UploadInfo]]] = {}
+    for destination, _records in found.values():
+        if destination not in everywhere:
+            per_job: dict[str, list[UploadInfo]] = defaultdict(list)
+            for u in store.list_multipart_uploads(bucket, destination.root):
+                owner = job_id_of_key(destination, u.key)
+                if owner is not None:
+                    per_job[owner].append(u)
+            everywhere[destination] = per_job
+    return {job_id: _status(store, destination, job_id, records, successes=successes,
+                            uploads=[*by_job[job_id], *everywhere[destination].get(job_id, [])], pending_uploads=None)
+            for job_id, (destination, records) in found.items()}
+
+
+def locate_job(store: S3Store, destination: Destination, job_id: str, *, threads: int = 8) -> JobStatus | None:
+    """Job ``job_id`` as its records tell it, wherever they are relative to ``destination``: under it, under an
+    ancestor (``destination`` is a partition of the job's table), or below it (``destination`` is a folder
+    holding the job's table), the latter found from the job's pending uploads. None when it has no records."""
+    for root in _ancestors(destination.root):
+        here = Destination(destination.bucket, root.rstrip("/"))
+        records = list(store.list_objects(destination.bucket, JobPaths(here, job_id).root))
+        if records:
+            uploads = [u for u in store.list_multipart_uploads(destination.bucket, here.root)
+                       if job_id_of_key(here, u.key) == job_id]
+            return _status(store, here, job_id, records, successes=_SuccessFiles(store), uploads=uploads,
+                           pending_uploads=len(uploads))
+    own = [u for u in store.list_multipart_uploads(destination.bucket, destination.root)
+           if owner_of_key(u.key).job_id == job_id]
+    return find_owning_jobs(store, destination.bucket, own, threads=threads).get(job_id)
 
 
 def _ancestors(directory: str) -> list[str]:

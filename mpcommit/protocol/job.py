@@ -17,15 +17,26 @@ from collections.abc import Sequence
 from enum import Enum
 from typing import TYPE_CHECKING
 
-from ..errors import CommitStateUnknownError, DestinationExistsError, JobStateError, PreconditionFailedError, UsageError
+from ..errors import (
+    CommitStateUnknownError,
+    DestinationExistsError,
+    JobStateError,
+    ManifestError,
+    NoSuchKeyError,
+    PreconditionFailedError,
+    UsageError,
+)
 from ..modes import PartitionOverwrite, WriteMode
-from ..options import S3Options, WriterSettings
+from ..options import OrderSettings, S3Options, WriterSettings
 from ..pool import ProgressHook
 from ..store.s3 import S3Store, store_for
 from .commit import DEFAULT_COMMIT_THREADS, AbortReport, CommitReport, JobCommitter
-from .layout import HIDDEN_ROOT, Destination, JobPaths, check_job_id, new_job_id, parse_uri
+from .heartbeat import Heartbeat
+from .layout import HIDDEN_ROOT, ORDER_ROOT, Destination, JobPaths, check_job_id, new_job_id, owner_of_key, parse_uri
+from .order import OrderSnapshot
 from .records.job import DeleteEntry, JobDescriptor, MergedFile
 from .records.manifest import TaskResult
+from .records.success import SuccessData
 from .task import JobSpec
 
 if TYPE_CHECKING:
@@ -44,12 +55,18 @@ class Job:
 
     def __init__(self, spec: JobSpec, descriptor: JobDescriptor, *, store: S3Store,
                  commit_threads: int = DEFAULT_COMMIT_THREADS, progress: ProgressHook | None = None,
-                 overwrite_bucket_root: bool = False, commit_processes: int = 1):
+                 overwrite_bucket_root: bool = False, commit_processes: int = 1, order: OrderSettings | None = None,
+                 heartbeat: bool = False):
         self.spec = spec
         self.descriptor = descriptor
         self.store = store
+        self.order = order or OrderSettings()
         self._committer = JobCommitter(store, spec.destination, spec.job_id, threads=commit_threads, progress=progress,
-                                       processes=commit_processes)
+                                       processes=commit_processes, order=self.order)
+        #: The driver's sign of life while the job is open (see protocol/heartbeat.py).
+        self._heartbeat = (Heartbeat(store, spec.paths, self.order.heartbeat_seconds, owner=self).start()
+                           if heartbeat else None)
+        self._committer.heartbeat = self._heartbeat
         self._state_lock = threading.Lock()
         self._finished: _Ended | None = None
         self.created_at = time.monotonic()
@@ -89,6 +106,7 @@ class Job:
         store: S3Store | None = None,
         overwrite_bucket_root: bool = False,
         commit_processes: int = 1,
+        order: OrderSettings | None = None,
     ) -> "Job":
         """Start a job: check the destination against the mode, and record the job under its hidden prefix.
 
@@ -96,7 +114,11 @@ class Job:
         when the bucket does not exist -- before any upload starts. An overwrite of a bucket's root (``s3://bucket``)
         replaces every object in the bucket, and is refused unless ``overwrite_bucket_root=True``.
         ``commit_processes`` > 1 spreads the commit's completes over that many worker processes (one Python
-        process completes at most one core's worth of files per second).
+        process completes at most one core's worth of files per second). ``order``: how the job keeps its place in
+        the table's commit order (heartbeat, how long it waits for earlier jobs). ``job_id`` names the job instead
+        of a random id; an id the destination already knows (its records, its ``_SUCCESS``, a pending upload or a
+        file carrying it) is refused, since files of two runs with one id would take each other's keys -- checking
+        costs one listing of the destination.
         """
         destination = parse_uri(uri)
         write_mode = WriteMode.parse(mode)
@@ -113,7 +135,10 @@ class Job:
                     "'overwrite', or another destination. Nothing was written."
                 )
             ignored = True
-        job_id = check_job_id(job_id) if job_id else new_job_id()
+        if job_id:
+            refuse_known_job_id(store, destination, check_job_id(job_id))
+        else:
+            job_id = new_job_id()
         spec = JobSpec(job_id=job_id, destination=destination, s3=options, writer=writer or WriterSettings(), ignored=ignored)
         descriptor = JobDescriptor(
             job_id=job_id, bucket=destination.bucket, prefix=destination.prefix, mode=write_mode,
@@ -129,7 +154,8 @@ class Job:
             if store.get_object(destination.bucket, spec.paths.descriptor) != descriptor.to_bytes():
                 raise
         return cls(spec, descriptor, store=store, commit_threads=commit_threads, progress=progress,
-                   overwrite_bucket_root=overwrite_bucket_root, commit_processes=commit_processes)
+                   overwrite_bucket_root=overwrite_bucket_root, commit_processes=commit_processes, order=order,
+                   heartbeat=not ignored)
 
     @classmethod
     def open(cls, uri: str, job_id: str, *, s3: S3Options | None = None, commit_threads: int = DEFAULT_COMMIT_THREADS,
@@ -148,12 +174,16 @@ class Job:
 
     def commit(self, results: Sequence[TaskResult], *, extra_timings: dict[str, float] | None = None,
                delete: Sequence[DeleteEntry] = (), table: str | TableName | None = None,
-               catalog: Catalog | str | None = None, merged: Sequence[MergedFile] = ()) -> CommitReport:
+               catalog: Catalog | str | None = None, merged: Sequence[MergedFile] = (),
+               since: OrderSnapshot | None = None) -> CommitReport:
         """Complete exactly the given attempts (one per task id), abort every other upload of the job, apply
         the mode, write ``_SUCCESS`` and remove the job's records.
 
         ``merged``: files merged at commit time from the results' staged files (see
-        :mod:`mpcommit.compaction.commit_merge`); completed in place of those staged files.
+        :mod:`mpcommit.compaction.commit_merge`); completed in place of those staged files. ``delete`` and
+        ``since``: a compaction's sources, and what it saw of the table's commit order before it listed them
+        (:meth:`mpcommit.protocol.order.TableOrder.snapshot`): the commit gives up with CommitConflictError,
+        nothing of it visible, if an earlier job replaced those sources meanwhile.
 
         ``table`` ("db.name") is a shorthand for :func:`mpcommit.catalog.register_commit` after the commit: the
         partitions and statistics the commit made visible are registered in ``catalog`` (a
@@ -180,20 +210,22 @@ class Job:
         timings.update(extra_timings or {})
         try:
             report = self._committer.commit(self.descriptor, list(results), ignored=self.ignored,
-                                            extra_timings=timings, delete=delete, merged=merged)
+                                            extra_timings=timings, delete=delete, merged=merged, since=since)
         except CommitStateUnknownError:
-            raise  # partly visible perhaps: only `recover` may act now, never abort
+            self._stop_heartbeat()  # partly visible perhaps: only `recover` may act now, never abort
+            raise
         except BaseException:
             # Definitely not committed (refused before the journal): the caller may fix and commit again, or abort.
             with self._state_lock:
                 self._finished = None
             raise
+        self._stop_heartbeat()
         if target is None:
             return report
         table_name, resolved = target
         return register_commit(report, table=table_name, catalog=resolved)
 
-    def abort(self, *, force: bool = False) -> AbortReport:
+    def abort(self) -> AbortReport:
         """Abort every upload of this job and remove its records; nothing of it is visible afterwards."""
         with self._state_lock:
             if self._finished is _Ended.COMMITTED:
@@ -203,7 +235,12 @@ class Job:
                     f"--job {self.job_id}`."
                 )
             self._finished = _Ended.ABORTED
-        return self._committer.abort(force=force)
+        self._stop_heartbeat()
+        return self._committer.abort()
+
+    def _stop_heartbeat(self) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
 
     def _end(self, how: _Ended) -> None:
         with self._state_lock:
@@ -242,4 +279,37 @@ def destination_has_data(store: S3Store, destination: Destination) -> bool:
     as an empty committed table is still a table)."""
     temporary = HIDDEN_ROOT.split("/", 1)[0] + "/"
     # Two names are enough: the hidden folder is one name, anything else is data.
-    return any(child != temporary for child in store.list_children(destination.bucket, destination.root, limit=2))
+    order = ORDER_ROOT.split("/", 1)[0] + "/"
+    # Three names are enough: the two hidden folders are one name each, anything else is data.
+    return any(child not in (temporary, order)
+               for child in store.list_children(destination.bucket, destination.root, limit=3))
+
+
+def refuse_known_job_id(store: S3Store, destination: Destination, job_id: str) -> None:
+    """Refuse a caller's job id that the destination already knows: its records, its ``_SUCCESS``, a pending
+    upload or a visible file carrying it (every key of a job carries its id, so a second run with one id
+    would complete over the first run's files, or take them for its own). One listing of the destination."""
+    paths = JobPaths(destination, job_id)
+    where = None
+    try:
+        success = SuccessData.from_bytes(store.get_object(destination.bucket, destination.success_key),
+                                         where=destination.success_key)
+        if success.job_id == job_id:
+            where = f"{destination.uri}/_SUCCESS names it"
+    except (NoSuchKeyError, ManifestError):
+        pass
+    if where is None:
+        for obj in store.list_objects(destination.bucket, destination.root):
+            if obj.key.startswith(paths.root) or owner_of_key(obj.key).job_id == job_id:
+                where = f"s3://{destination.bucket}/{obj.key} carries it"
+                break
+    if where is None:
+        for upload in store.list_multipart_uploads(destination.bucket, destination.root):
+            if owner_of_key(upload.key).job_id == job_id:
+                where = f"a pending upload of s3://{destination.bucket}/{upload.key} carries it"
+                break
+    if where is not None:
+        raise UsageError(
+            f"job id {job_id} is already known at {destination.uri} ({where}): a job id names one run, and a second "
+            "run with it would write over or adopt the first run's files. Leave job_id out for a new random id. "
+            "Nothing was written.")

@@ -155,6 +155,83 @@ class JobPaths:
         return f"{self.staged}task-{task_id:05d}-a{attempt}-{nonce}/{relative_key}"
 
 
+    @property
+    def heartbeat(self) -> str:
+        """Rewritten every few seconds while a process works for the job (driver or recoverer)."""
+        return f"{self.root}alive.json"
+
+
+# ---------------------------------------------------------------- the table a destination belongs to
+#: Where a table keeps its commit order (protocol/order.py), below the table's root.
+ORDER_ROOT = "_mpcommit/order/"
+
+
+@dataclass(frozen=True, order=True)
+class Table:
+    """The table a destination belongs to: the destination without its trailing Hive partition folders
+    (``s3://b/t/dt=1`` writes into table ``s3://b/t``), so that a job writing one partition's URI and a job
+    writing the whole table take their places in one commit order."""
+
+    bucket: str
+    prefix: str
+
+    @property
+    def root(self) -> str:
+        return f"{self.prefix}/" if self.prefix else ""
+
+    @property
+    def uri(self) -> str:
+        return Destination(self.bucket, self.prefix).uri
+
+    @property
+    def order_root(self) -> str:
+        return f"{self.root}{ORDER_ROOT}"
+
+    def path_of(self, destination: Destination, rel: str = "") -> str:
+        """Where ``rel`` (a path relative to ``destination``, "" for all of it) lies inside this table."""
+        inside = destination.prefix[len(self.prefix):].strip("/") if destination.prefix != self.prefix else ""
+        return "/".join(p for p in (inside, rel) if p)
+
+    def destination(self, path: str) -> Destination:
+        """The destination at ``path`` inside this table."""
+        return Destination(self.bucket, "/".join(p for p in (self.prefix, path) if p))
+
+
+def table_of(destination: Destination) -> Table:
+    """The table of a destination: its trailing ``col=value`` folders (Hive partitions) taken off."""
+    segments = destination.prefix.split("/") if destination.prefix else []
+    while segments and _is_partition_folder(segments[-1]):
+        segments.pop()
+    return Table(destination.bucket, "/".join(segments))
+
+
+def _is_partition_folder(segment: str) -> bool:
+    name, sep, _value = segment.partition("=")
+    return bool(sep and name)
+
+
+def nested_table_of(table: Table, key: str) -> str | None:
+    """The URI of another table whose records ``key`` is (a commit order or job records in a folder below
+    ``table`` that is not one of its partitions), else None."""
+    rel = key[len(table.root):] if key.startswith(table.root) else key
+    segments = rel.split("/")
+    for i, segment in enumerate(segments[:-1]):
+        ours = segment == "_mpcommit" or (segment == "_temporary" and segments[i + 1] == "mpcommit")
+        if ours and i > 0:
+            folder = Destination(table.bucket, "/".join(p for p in (table.prefix, *segments[:i]) if p))
+            if table_of(folder) != table:
+                return folder.uri
+            return None
+        if is_hidden_name(segment):
+            return None
+    return None
+
+
+def paths_overlap(a: str, b: str) -> bool:
+    """Whether two paths inside a table ("" for all of it) share any key: one equals or contains the other."""
+    return not a or not b or a == b or b.startswith(f"{a}/") or a.startswith(f"{b}/")
+
+
 def job_id_of_hidden_key(destination: Destination, key: str) -> str | None:
     """The job id of a key under the destination's hidden prefix, else None."""
     return _job_id_below(destination.hidden_root, key)

@@ -76,7 +76,13 @@ def probe(store: S3Store, bucket: str, prefix: str = "") -> ConditionalWrites:
     key = f"{prefix}{PROBE_FOLDER}{uuid.uuid4().hex}"
     first, second, third = b"mpcommit probe: first\n", b"mpcommit probe: second\n", b"mpcommit probe: third\n"
     notes: list[str] = []
-    etag = store.put_object(bucket, key, first, if_none_match=True, content_type="text/plain")
+    try:
+        etag = store.put_object(bucket, key, first, if_none_match=True, content_type="text/plain")
+    except PreconditionFailedError:
+        # Our own create, applied but its answer lost and the request retried (the key is new).
+        if store.get_object(bucket, key) != first:
+            raise
+        etag = store.head_object(bucket, key).etag  # type: ignore[union-attr]
     try:
         create_only = _refused(store, bucket, key, first, notes, "If-None-Match: *",
                                lambda: store.put_object(bucket, key, second, if_none_match=True,
@@ -91,8 +97,9 @@ def probe(store: S3Store, bucket: str, prefix: str = "") -> ConditionalWrites:
             try:
                 store.put_object(bucket, key, third, if_match=etag, content_type="text/plain")
             except MpcommitError as exc:
-                match_etag = False
-                notes.append(f"If-Match with the object's own ETag was refused ({type(exc).__name__})")
+                if not (isinstance(exc, PreconditionFailedError) and store.get_object(bucket, key) == third):
+                    match_etag = False  # (an applied write whose answer was lost is retried into a 412: fine)
+                    notes.append(f"If-Match with the object's own ETag was refused ({type(exc).__name__})")
     finally:
         try:
             store.delete_object(bucket, key)

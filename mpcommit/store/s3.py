@@ -11,10 +11,12 @@ import heapq
 import logging
 import os
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import boto3
@@ -25,6 +27,7 @@ from botocore.handlers import set_list_objects_encoding_type_url
 from ..errors import (
     ChecksumMismatchError,
     InconsistentListingError,
+    InvalidCredentialsError,
     NoSuchBucketError,
     NoSuchKeyError,
     NoSuchUploadError,
@@ -51,6 +54,11 @@ DELETE_BATCH = 1000  # DeleteObjects takes at most 1,000 keys
 #: request; "botocore" signed by botocore and sent on urllib3 (mpcommit.store.lean); otherwise through the AWS
 #: CRT (mpcommit.store.crt_complete), or the botocore lean path when awscrt cannot be imported.
 LEAN_COMPLETE_ENV = "MPCOMMIT_LEAN_COMPLETE"
+
+
+def xml_safe(key: str) -> bool:
+    """Whether XML 1.0 carries ``key`` unchanged (S3's XML bodies: DeleteObjects, CompleteMultipartUpload)."""
+    return not any((c < " " and c not in "\t\n") or "\ud800" <= c <= "\udfff" or c in "\ufffe\uffff" for c in key)
 
 
 @dataclass(frozen=True)
@@ -103,6 +111,15 @@ def _inconsistent(operation: str, what: str, bucket: str, prefix: str, problem: 
     )
 
 
+def _check_under(prefix: str, keys: list[str], operation: str, bucket: str) -> None:
+    """Every key a listing returns must lie under the prefix asked for: a server that decodes the prefix wrongly
+    would otherwise hand an overwrite keys of another table to delete."""
+    stray = next((k for k in keys if not k.startswith(prefix)), None)
+    if stray is not None:
+        raise _inconsistent(operation, "keys", bucket, prefix, f"it returned {stray!r}, which is not under the "
+                            "prefix asked for")
+
+
 class S3Store:
     """Typed S3 operations over one boto3 client. Thread-safe (boto3 clients are)."""
 
@@ -126,6 +143,8 @@ class S3Store:
         self.pages_uploads_by_key = False
         #: Whether the endpoint ever answered (a wrong endpoint fails at once; a known one is retried).
         self._reached = False
+        #: The store's clock minus this host's, once measured (server_time).
+        self._clock_offset: float | None = None
 
     @property
     def endpoint(self) -> str:
@@ -152,7 +171,25 @@ class S3Store:
             if operation in _COPY_OPERATIONS:
                 params["ExpectedSourceBucketOwner"] = opts.expected_bucket_owner
         method: Callable[..., Any] = getattr(client or self._client, operation)
-        return self._send(operation, lambda: method(**params), bucket=bucket, key=key)
+        if self._clock_offset is not None:
+            return self._send(operation, lambda: method(**params), bucket=bucket, key=key)
+        sent = time.time()
+        response = self._send(operation, lambda: method(**params), bucket=bucket, key=key)
+        self._note_clock(response, sent, time.time())
+        return response
+
+    def _note_clock(self, response: Any, sent: float, received: float) -> None:
+        """Learn the store's clock from the Date of an answer that came back quickly (see server_time)."""
+        if received - sent > 2.0 or not isinstance(response, dict):
+            return
+        date = (response.get("ResponseMetadata", {}).get("HTTPHeaders", {}) or {}).get("date")
+        if not date:
+            return
+        try:
+            # Date is truncated to the second: on average half a second before the answer was made.
+            self._clock_offset = parsedate_to_datetime(date).timestamp() + 0.5 - (sent + received) / 2
+        except (TypeError, ValueError):
+            pass
 
     def _send(self, operation: str, request: Callable[[], Any], *, bucket: str, key: str) -> Any:
         """Count, translate errors and retry: what every request goes through, boto3's or the lean path's."""
@@ -290,6 +327,7 @@ class S3Store:
                 self._add_rest_of_key(bucket, prefix, params["KeyMarker"], found, seen)
                 continue
             uploads = [UploadInfo(u["Key"], u["UploadId"], u.get("Initiated")) for u in page.get("Uploads", []) or []]
+            _check_under(prefix, [u.key for u in uploads], "list_multipart_uploads", bucket)
             for upload in uploads:
                 if (upload.key, upload.upload_id) not in seen:
                     seen.add((upload.key, upload.upload_id))
@@ -359,6 +397,18 @@ class S3Store:
         except NoSuchKeyError:
             return None
         return ObjectInfo(key, int(r.get("ContentLength", 0)), str(r.get("ETag", "")), r.get("LastModified"))
+
+    def get_object_and_etag(self, bucket: str, key: str) -> tuple[bytes, str]:
+        """The object's bytes and the ETag they were read with (for a later write with ``if_match``)."""
+
+        def read() -> tuple[bytes, str]:
+            r = self._call("get_object", bucket=bucket, key=key, Bucket=bucket, Key=key)
+            try:
+                return bytes(r["Body"].read()), str(r.get("ETag", ""))
+            except Exception as exc:  # noqa: BLE001 - a body that breaks off mid-stream is transient
+                raise translate(exc, operation="get_object", bucket=bucket, key=key, endpoint=self.endpoint) from exc
+
+        return call_with_retry(read, policy=self.options.retry, describe=f"reading s3://{bucket}/{key}")
 
     def get_object(self, bucket: str, key: str, *, byte_range: tuple[int, int] | None = None, if_match: str | None = None) -> bytes:
         params: dict[str, Any] = {"Bucket": bucket, "Key": key}
@@ -455,6 +505,7 @@ class S3Store:
             objects = [ObjectInfo(o["Key"], int(o.get("Size", 0)), str(o.get("ETag", "")), o.get("LastModified"))
                        for o in page.get("Contents", []) or []]
             prefixes = [str(cp["Prefix"]) for cp in page.get("CommonPrefixes", []) or []]
+            _check_under(prefix, [o.key for o in objects] + prefixes, "list_objects_v2", bucket)
             walk.objects.extend(objects)
             walk.prefixes.extend(p for p in prefixes if not walk.prefixes or p != walk.prefixes[-1])
             count = page.get("KeyCount")
@@ -475,10 +526,16 @@ class S3Store:
             return self._unencoded_client
 
     def delete_objects(self, bucket: str, keys: Sequence[str]) -> int:
-        """Delete in batches of 1,000; raises StoreError naming the first key S3 refused."""
+        """Delete in batches of 1,000; raises StoreError naming the first key S3 refused.
+
+        A key that XML 1.0 cannot carry (control characters other than tab and newline, a carriage return that
+        XML would turn into a newline) cannot travel in DeleteObjects' XML body -- servers answer 500 "not
+        well-formed" for the whole batch, every time -- so such keys are deleted one by one with DeleteObject,
+        where the key travels in the URL."""
+        carried = [k for k in keys if xml_safe(k)]
         deleted = 0
-        for start in range(0, len(keys), DELETE_BATCH):
-            batch = keys[start : start + DELETE_BATCH]
+        for start in range(0, len(carried), DELETE_BATCH):
+            batch = carried[start : start + DELETE_BATCH]
             r = self._call(
                 "delete_objects", bucket=bucket, key=batch[0],
                 Bucket=bucket, Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True},
@@ -492,6 +549,13 @@ class S3Store:
                     operation="delete_objects", code=str(first.get("Code")), bucket=bucket, key=str(first.get("Key")),
                 )
             deleted += len(batch)
+        for key in keys:
+            if not xml_safe(key):
+                try:
+                    self.delete_object(bucket, key)
+                except NoSuchKeyError:
+                    pass
+                deleted += 1
         return deleted
 
     def copy_object(self, bucket: str, key: str, *, source_key: str, source_etag: str | None = None) -> str:
@@ -517,6 +581,22 @@ class S3Store:
         return dict(self._call(operation, bucket=bucket, key=key, Bucket=bucket, **params))
 
     # ------------------------------------------------------------ buckets
+    def server_time(self, bucket: str) -> float:
+        """Now, in seconds since the epoch, by the store's clock: ages of uploads and records are judged against
+        the clock that stamped them, not this host's (a cleanup host whose clock runs ahead would take every job
+        for older than it is). Learnt from the Date of the first quick answer (1 s resolution) -- a HEAD on the
+        bucket when no request was made yet -- then this host's clock plus that offset."""
+        if self._clock_offset is None:
+            try:
+                self.head_bucket(bucket)
+            except (NoSuchBucketError, InvalidCredentialsError):
+                raise
+            except StoreError as exc:
+                log.debug("no answer to learn the store's clock from (%s); using this host's", exc)
+            if self._clock_offset is None:
+                self._clock_offset = 0.0
+        return time.time() + self._clock_offset
+
     def head_bucket(self, bucket: str) -> None:
         """Check that the bucket exists and is reachable with these credentials."""
         try:
@@ -528,17 +608,34 @@ class S3Store:
                 f"({self.endpoint})", operation="head_bucket", code="NoSuchBucket", bucket=bucket,
             ) from exc
 
-    def get_lifecycle_rules(self, bucket: str) -> list[dict[str, Any]]:
+    def get_lifecycle(self, bucket: str) -> BucketLifecycle:
+        """The bucket's lifecycle configuration: its rules, and the bucket-wide settings beside them."""
         try:
             r = self._call("get_bucket_lifecycle_configuration", bucket=bucket, Bucket=bucket)
         except StoreError as exc:
             if exc.code in ("NoSuchLifecycleConfiguration",):
-                return []
+                return BucketLifecycle([], None)
             raise
-        return list(r.get("Rules", []) or [])
+        return BucketLifecycle(list(r.get("Rules", []) or []), r.get("TransitionDefaultMinimumObjectSize"))
 
-    def put_lifecycle_rules(self, bucket: str, rules: list[dict[str, Any]]) -> None:
-        self._call("put_bucket_lifecycle_configuration", bucket=bucket, Bucket=bucket, LifecycleConfiguration={"Rules": rules})
+    def put_lifecycle(self, bucket: str, lifecycle: BucketLifecycle) -> None:
+        """Replace the bucket's lifecycle configuration. The bucket-wide settings read with it go back with it:
+        left out, S3 resets TransitionDefaultMinimumObjectSize to its default, and other tenants' transitions
+        of objects under 128 KB silently stop."""
+        extra: dict[str, Any] = {}
+        if lifecycle.transition_default_minimum_object_size:
+            extra["TransitionDefaultMinimumObjectSize"] = lifecycle.transition_default_minimum_object_size
+        self._call("put_bucket_lifecycle_configuration", bucket=bucket, Bucket=bucket,
+                   LifecycleConfiguration={"Rules": lifecycle.rules}, **extra)
+
+
+@dataclass
+class BucketLifecycle:
+    """A bucket's lifecycle configuration as PutBucketLifecycleConfiguration takes it back whole."""
+
+    rules: list[dict[str, Any]]
+    #: S3's bucket-wide setting for transitions ("varies_by_storage_class" or "all_storage_classes_128K").
+    transition_default_minimum_object_size: str | None
 
 
 # ---------------------------------------------------------------- clients, one per options per process

@@ -328,3 +328,27 @@ def test_a_malformed_table_or_a_catalog_without_table_is_refused_before_the_comm
         job.commit([result], catalog=glue)
     assert visible_keys(moto_backend.client, bucket, "t") == set()  # nothing committed, the job still can be
     assert job.commit([result]).files == 1
+
+
+class StuckPagesClient(CountingClient):
+    """GetPartitions hands back the same NextToken for ever (a broken catalog, or a proxy replaying a page)."""
+
+    def _get_partitions(self, **params: Any) -> Any:
+        if len(self.calls["get_partitions"]) > 50:
+            raise AssertionError("asked for the same page 50 times: the listing never ends")
+        return {"Partitions": [], "NextToken": "same-token"}
+
+
+def test_a_partition_listing_whose_token_never_advances_fails_instead_of_hanging(moto_backend, glue, glue_client,
+                                                                                database):
+    """I8 for the catalog: a static overwrite lists every partition; a NextToken handed back twice is an error
+    that names the table, after two pages, and nothing is registered from it."""
+    from mpcommit.catalog.base import CatalogError
+
+    create_table(glue_client, database, "t", "s3://bucket/t")
+    stuck = StuckPagesClient(glue._client)
+    catalog = GlueCatalog(client=stuck, retry=moto_backend.options.retry)
+    with pytest.raises(CatalogError, match="NextToken 'same-token' twice"):
+        catalog.register(TableName(database, "t"), Registration("s3://bucket/t", "job-1", RegistrationMode.OVERWRITE, {}))
+    assert len(stuck.calls["get_partitions"]) == 2
+    assert "batch_delete_partition" not in stuck.calls

@@ -238,10 +238,10 @@ def test_jobs_list_recover_and_abort_on_moto(moto_backend):
     assert kept.returncode == 0 and [a["action"] for a in kept.json()["actions"]] == ["skipped"], kept
     assert_clean_error(mpcommit("jobs", "abort", uri, "--job", job.job_id), 2, "--yes", "--dry-run")
     looked = mpcommit("jobs", "abort", uri, "--job", job.job_id, "--dry-run")  # no terminal, no --yes: fine
-    assert looked.returncode == 0 and "would abort 1 upload and remove 2 records" in looked.stdout, looked
+    assert looked.returncode == 0 and "would abort 1 upload and remove 3 records" in looked.stdout, looked
     assert "Nothing was changed" in looked.stdout and len(pending_uploads(backend.client, bucket, "t")) == 1
     aborted = mpcommit("jobs", "abort", uri, "--job", job.job_id, "--yes")
-    assert aborted.returncode == 0 and "aborted 1 upload, removed 2 records" in aborted.stdout, aborted
+    assert aborted.returncode == 0 and "aborted 1 upload, removed 3 records" in aborted.stdout, aborted
     assert pending_uploads(backend.client, bucket, "t") == []
     assert mpcommit("jobs", "list", uri, "--json").json()["jobs"] == []
     assert_clean_error(mpcommit("jobs", "abort", uri, "--job", job.job_id, "--yes"), 1, "no job")

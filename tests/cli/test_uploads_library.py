@@ -54,7 +54,7 @@ def test_a_live_job_and_a_committing_job_survive_a_cleanup_of_their_prefix(moto_
     assert len(left) == 4 and set(sibling) <= set(pending_uploads(client, bucket, "t2"))
     # The committing job's uploads were kept, so recover can still finish it.
     actions = recover(uri, store=store, job_id=stuck.job_id)
-    assert [a.action for a in actions] == ["finished"]
+    assert [a.action for a in actions] == ["finished"], actions
     assert len([k for k in visible_keys(client, bucket, "t") if stuck.job_id in k]) == 2
 
 

@@ -218,7 +218,7 @@ def test_journal_versions() -> None:
     doc["version"] = 1
     with pytest.raises(ManifestCorruptError, match="version 1"):
         CommitJournal.from_bytes(json.dumps(doc).encode(), where="x", destination=DEST, job_id=JOB)
-    doc["version"] = 3
+    doc["version"] = 4
     with pytest.raises(ManifestVersionError):
         CommitJournal.from_bytes(json.dumps(doc).encode(), where="x", destination=DEST, job_id=JOB)
 

@@ -295,14 +295,22 @@ def test_cli(backend, bucket) -> None:
 def test_request_counts(backend, bucket) -> None:
     """Six small files in one partition cost exactly this: one listing to plan, one of the journals (files of a
     job that is committing are left alone) and one to check the sources again before the commit (not a HEAD
-    each), one GET per source, one part, and the job's bookkeeping."""
+    each), one GET per source, one part, the job's bookkeeping and its place in the table's commit order."""
     for i in range(6):
         put(backend, bucket, f"t/dt=1/{i}.json", lines_of(str(i), 1000, seed=i))
+    from mpcommit.store.conditional import conditional_writes
+    from mpcommit.store.s3 import store_for
+
+    conditional_writes(store_for(backend.options), bucket, "t/")  # probed once per bucket and process, not counted
     report = compact(f"s3://{bucket}/t", s3=backend.options)
     assert report.requests == {
-        "list_objects_v2": 5,  # plan, journals, re-check sources, the commit's loser-manifest scan and cleanup
-        "head_bucket": 1, "put_object": 4,  # job descriptor, manifest, journal, _SUCCESS
-        "create_multipart_upload": 1, "get_object": 6, "upload_part": 1, "complete_multipart_upload": 1,
-        "head_object": 7,  # the journal, and the ETag check before each source is deleted
+        # plan, its jobs' records, re-check sources, the commit's loser-manifest scan and cleanup; the commit
+        # order before the listing, after it (jobs in flight), and to take a place
+        "list_objects_v2": 8,
+        # job descriptor, heartbeat, manifest, place, journal, _SUCCESS, the place's end
+        "head_bucket": 1, "put_object": 7,
+        # one GET per source, and _SUCCESS before it is replaced
+        "create_multipart_upload": 1, "get_object": 7, "upload_part": 1, "complete_multipart_upload": 1,
+        "head_object": 7,  # the descriptor after the journal is claimed, the ETag check before each source goes
         "delete_objects": 3, "list_multipart_uploads": 1,
     }

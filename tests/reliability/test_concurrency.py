@@ -3,13 +3,14 @@ committed. Interleavings are forced with the per-job progress hook (called right
 so that every documented outcome is reproduced exactly, not by chance.
 
 Documented outcome (docs/RELIABILITY.md): two appends both land. An overwrite never touches another job's pending
-uploads or records; it removes the visible objects whose Last-Modified is not after its journal's (1 s
-resolution). On S3 and LocalStack a multipart object's Last-Modified is the time its upload was *initiated*
-(moto: completed), so a concurrent append survives an overwrite only if it started writing after the
-overwrite's journal.
+uploads or records; jobs take effect in the order of their places in the table's commit order (created with
+conditional writes, never judged by a clock): an overwrite waits for the jobs before it that touch what it
+replaces, then removes exactly their files; a job after it keeps all of its files, however the two commits
+interleave. The table afterwards equals a serial run of the jobs in that order.
 
-On LocalStack only the cases whose outcome depends on the server run (Last-Modified semantics, the answer to a
-part sent to an aborted upload); the others are protocol logic, run on moto.
+On LocalStack only the cases whose outcome once depended on the server run (Last-Modified semantics, the answer to
+a part sent to an aborted upload); the others are protocol logic, run on moto. tests/reliability/test_table_order.py
+holds the races the order was built for.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pytest
 from mpcommit import Job
 from mpcommit.errors import MpcommitError, NoSuchUploadError
 from mpcommit.modes import JobState
+from mpcommit.options import OrderSettings
 from mpcommit.operations.uploads import UploadScope, cleanup, list_uploads
 from mpcommit.protocol.layout import Destination, job_id_of_key
 from mpcommit.protocol.inventory import list_jobs
@@ -41,6 +43,8 @@ from tests.support.invariants import (
 )
 
 TIMEOUT = 60
+#: A commit order that notices a dead job within a few seconds (the defaults wait a minute).
+QUICK = OrderSettings(heartbeat_seconds=0.5, lease_seconds=3.0, poll_seconds=0.2)
 
 
 def write(job: Job, task_id: int, attempt: int = 0, tag: str = "") -> object:
@@ -104,27 +108,31 @@ def test_two_appends_committing_at_the_same_time_both_land(moto_backend):
     assert not job_records(backend.client, bucket, "t", a.job_id) and not job_records(backend.client, bucket, "t", b.job_id)
 
 
-def test_an_overwrite_committing_while_an_append_is_between_journal_and_completes(backend):
-    """O commits entirely while A is paused after its journal: O never touches A's pending uploads or records;
-    A then completes, and its files survive (as if O ran first)."""
+def test_an_overwrite_after_an_append_paused_between_journal_and_completes_waits_for_it(backend):
+    """A holds the earlier place and pauses after its journal; O (overwrite, the later place) never touches A's
+    pending uploads or records, waits until A has ended, then replaces A's files with the rest: the table is a
+    serial A-then-O, whatever the timing."""
     bucket = backend.new_bucket("mpc-conc")
     _seed(backend, bucket, {"t/dt=0/old.txt": b"old\n"})
     pause = PauseAfterJournal()
     a = Job.create(f"s3://{bucket}/t", s3=backend.options, progress=pause)
-    o = Job.create(f"s3://{bucket}/t", mode="overwrite", s3=backend.options)
+    o = Job.create(f"s3://{bucket}/t", mode="overwrite", s3=backend.options, order=QUICK)
     ra, ro = [write(a, t) for t in range(3)], [write(o, t) for t in range(3)]
-    with ThreadPoolExecutor(1) as pool:
+    with ThreadPoolExecutor(2) as pool:
         fa = pool.submit(a.commit, ra)
         assert pause.reached.wait(TIMEOUT)
         before = bucket_state(backend.client, bucket)
-        o.commit(ro)
-        # I6: O removed the old data and left A's uploads and records exactly as they were.
+        fo = pool.submit(o.commit, ro)
+        time.sleep(2)  # O had time to overtake A, were it not waiting for it
+        assert not fo.done()
+        # I6: while waiting, O changed nothing of A's (only its own place and records).
         check_others_untouched(before, bucket_state(backend.client, bucket), job_ids=[o.job_id],
-                               may_delete=lambda k: k == "t/dt=0/old.txt", may_write=lambda k: k == "t/_SUCCESS")
+                               may_write=lambda k: "/_mpcommit/" in k)
         assert len(job_uploads(backend.client, bucket, a.job_id, "t")) == 3
         pause.release.set()
         fa.result(TIMEOUT)
-    check_committed(backend.client, bucket, "t", a.job_id, files_of(a, range(3)), other=files_of(o, range(3)))
+        fo.result(TIMEOUT)
+    check_committed(backend.client, bucket, "t", o.job_id, files_of(o, range(3)))
 
 
 def _append_during_paused_overwrite(backend, *, before_journal: range, after_journal: range):
@@ -151,30 +159,18 @@ def _append_during_paused_overwrite(backend, *, before_journal: range, after_jou
     return o, a, bucket
 
 
-def test_an_append_that_starts_writing_after_an_overwrites_journal_survives_it(backend):
-    """A writes and commits entirely while O is paused after its journal: O's deletes spare A's files, whose
-    uploads started after O's journal; both jobs' files are visible (as if O ran first)."""
-    o, a, bucket = _append_during_paused_overwrite(backend, before_journal=range(0), after_journal=range(3))
-    check_committed(backend.client, bucket, "t", o.job_id, files_of(o, range(3)), other=files_of(a, range(3)))
-
-
-def test_an_append_written_before_an_overwrites_journal_and_committed_during_it(backend):
-    """A wrote before O's journal and commits while O is paused. The outcome follows the objects'
-    Last-Modified: S3 and LocalStack stamp a multipart object with the time its upload was *initiated*, so
-    A's files count as older than O's journal and O removes them all (as if A ran first); moto stamps the
-    completion time, so they survive (as if O ran first). Either way A's data is all or nothing."""
-    o, a, bucket = _append_during_paused_overwrite(backend, before_journal=range(3), after_journal=range(0))
-    survives = backend.name == "moto"
-    check_committed(backend.client, bucket, "t", o.job_id, files_of(o, range(3)),
-                    other=files_of(a, range(3)) if survives else {})
-
-
-def test_an_append_straddling_an_overwrites_journal_is_kept_whole(backend):
-    """A wrote task 0 before O's journal and tasks 1-2 after it, then committed while O was paused. On S3 and
-    LocalStack (Last-Modified = upload initiation) its files fall on both sides of O's cutoff; O decides per job,
-    so A is a later job and keeps all of its files (as if O ran first) -- never a part of them."""
-    o, a, bucket = _append_during_paused_overwrite(backend, before_journal=range(1), after_journal=range(1, 3))
-    check_committed(backend.client, bucket, "t", o.job_id, files_of(o, range(3)), other=files_of(a, range(3)))
+@pytest.mark.parametrize("before_journal, after_journal", [(range(0), range(3)), (range(3), range(0)),
+                                                           (range(1), range(1, 3))],
+                         ids=["wrote-after", "wrote-before", "straddling"])
+def test_an_append_committed_while_an_earlier_overwrite_is_paused_survives_it_whole(backend, before_journal,
+                                                                                    after_journal):
+    """A commits entirely while O (the earlier place) is paused after its journal: A took the later place, so O
+    keeps every file of A -- whether A's uploads started before O's journal, after it, or on both sides (on S3
+    and LocalStack a multipart object is stamped with its upload's start, on moto with its completion: the
+    clock no longer decides anything). The table is a serial O-then-A."""
+    o, a, bucket = _append_during_paused_overwrite(backend, before_journal=before_journal, after_journal=after_journal)
+    # _SUCCESS describes the later job, whichever finished last.
+    check_committed(backend.client, bucket, "t", a.job_id, files_of(a, range(3)), other=files_of(o, range(3)))
 
 
 def test_an_append_committed_before_an_overwrite_started_is_replaced(moto_backend):
@@ -284,5 +280,6 @@ def test_a_zombie_writing_after_its_job_was_aborted_is_cleaned_by_job_id(moto_ba
     assert status.state is JobState.WRITING and status.pending_uploads == 1
     report = cleanup(job.store, UploadScope.parse(f"s3://{bucket}/t"), job_id=job.job_id)
     assert len(report.aborted) == 1
-    assert [a.action for a in recover(job.destination, store=job.store, job_id=job.job_id)] == ["rolled_back"]
+    # The cleanup stopped the job's commit for good and finished its rollback: nothing is left to recover.
+    assert recover(job.destination, store=job.store, job_id=job.job_id) == []
     check_aborted(backend.client, bucket, "t", job.job_id)

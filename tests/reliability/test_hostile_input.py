@@ -282,7 +282,9 @@ def test_hostile_partition_values_stay_inside_the_destination_and_round_trip(bac
             assert value in parse_partition_path(path).values()
     assert set(report.partitions) == {p for _x, p, _v in PARTITIONS}
     after = bucket_state(backend.client, v.bucket)
-    assert {k for k in set(after.objects) - set(before.objects)} == set(expected) | {"t/_SUCCESS"}
+    # New objects: the files, _SUCCESS, and the job's place in the table's commit order (and its end).
+    assert {k for k in set(after.objects) - set(before.objects) if "/_mpcommit/" not in k} == set(expected) | {"t/_SUCCESS"}
+    assert len([k for k in set(after.objects) - set(before.objects) if k.startswith("t/_mpcommit/order/")]) == 2
     _check_victims_intact(backend, v, (before, bucket_state(backend.client, v.other_bucket)))
 
 

@@ -7,8 +7,10 @@ compaction merged J's visible files, J's completed objects are gone: ``recover``
 aborted by an orphan cleanup ("its data is lost") and failed for ever -- J stayed committing, part of its files
 visible, the rest pending, its records never removed (the soak: 7 such jobs in 60 s).
 
-What must happen instead: a job whose commit is in flight (its journal exists) is left whole by both -- as if
-it committed after the overwrite, and as if the compaction ran before it -- and ``recover`` finishes it.
+What must happen instead: the jobs take effect in the order of their places in the table's commit order. J took
+its place first, so an overwrite after it waits for it -- and, J's driver being dead (its heartbeat silent for a
+lease), finishes J itself -- then replaces J's files with the rest; a compaction after it leaves J's files alone
+(they are not its to merge while J is open) and ``recover`` finishes J.
 """
 
 from __future__ import annotations
@@ -24,13 +26,16 @@ import pytest
 from mpcommit import Job
 from mpcommit.compaction.standalone import compact
 from mpcommit.errors import CommitStateUnknownError
+from mpcommit.options import OrderSettings
 from mpcommit.protocol import faults
 from mpcommit.protocol.recovery import recover
 from tests.reliability import crash_driver as plan
-from tests.support.checks import pending_uploads
+from tests.support.checks import all_keys, pending_uploads
 from tests.support.invariants import check_committed, dataset, job_records
 
 DRIVER = Path(plan.__file__)
+#: A commit order that notices a dead job within seconds (the defaults wait a minute).
+QUICK = OrderSettings(heartbeat_seconds=0.5, lease_seconds=3.0, poll_seconds=0.2)
 J_FILES = plan.expected({t: 0 for t in range(plan.TASKS)})  # what J commits: 6 files under t/dt=0 and t/dt=1
 
 
@@ -56,18 +61,17 @@ def _interrupted(backend, bucket: str) -> str:
     return plan.JOB_ID
 
 
-def test_an_overwrite_leaves_an_interrupted_commit_whole_and_recover_finishes_it(backend):
+def test_an_overwrite_after_an_interrupted_commit_finishes_it_first_then_replaces_it(backend):
     bucket = backend.new_bucket("mpc-inter")
     backend.client.put_object(Bucket=bucket, Key="t/dt=0/old.txt", Body=b"old\n")
     j = _interrupted(backend, bucket)
-    o = Job.create(f"s3://{bucket}/t", mode="overwrite", s3=backend.options)
-    o.commit([_write(o, 0)])
-    assert "t/dt=0/old.txt" not in dataset(backend.client, bucket, "t"), "the overwrite replaced the old data"
-
-    actions = recover(f"s3://{bucket}/t", s3=backend.options)
-    assert [(a.job_id, a.action) for a in actions] == [(j, "finished")], actions
-    # J whole, as if it committed after O; O whole; nothing of J pending or left.
-    check_committed(backend.client, bucket, "t", j, J_FILES, other=_files(o, range(1)))
+    o = Job.create(f"s3://{bucket}/t", mode="overwrite", s3=backend.options, order=QUICK)
+    report = o.commit([_write(o, 0)])
+    assert report.timings["wait"] >= QUICK.lease_seconds  # it waited for J's heartbeat to fall silent
+    # J first (finished by O, its records gone), then O: only O's file is left, nothing pending.
+    check_committed(backend.client, bucket, "t", o.job_id, _files(o, range(1)))
+    assert not job_records(backend.client, bucket, "t", j)
+    assert recover(f"s3://{bucket}/t", s3=backend.options) == []
 
 
 def test_a_compaction_leaves_an_interrupted_commit_whole_and_recover_finishes_it(backend):
@@ -114,15 +118,17 @@ def test_an_overwrite_between_an_interrupted_compaction_and_its_recovery(backend
     old = _two_jobs_in_two_partitions(backend, bucket)
     with faults.installed(faults.fail_at(point, 1)), pytest.raises(CommitStateUnknownError):
         compact(f"s3://{bucket}/t", s3=backend.options, bin_threads=1, threads=1)
-    o = Job.create(f"s3://{bucket}/t", mode="overwrite", partition_overwrite="dynamic", s3=backend.options)
+    o = Job.create(f"s3://{bucket}/t", mode="overwrite", partition_overwrite="dynamic", s3=backend.options,
+                   order=QUICK)
+    # The compaction holds the earlier place and its driver is gone: the overwrite finishes it, then replaces dt=0.
     o.commit([_write(o, 0)])
 
     actions = recover(f"s3://{bucket}/t", s3=backend.options)
-    assert [a.action for a in actions] == ["finished"], actions
+    assert actions == [], actions
     # dt=0: only the overwrite's row; dt=1: the two old rows once each, in the merged file (sources deleted).
     want = sorted([f"{o.job_id[:8]} task 0".encode()] + [f"{j.job_id[:8]} task 1".encode() for j in old])
     assert _lines(backend, bucket) == want
     seen = dataset(backend.client, bucket, "t")
     assert not any(j.job_id in key for j in old for key in seen if key.startswith("t/dt=1/")), sorted(seen)
     assert pending_uploads(backend.client, bucket, "t") == []
-    assert all(not job_records(backend.client, bucket, "t", a.job_id) for a in actions)
+    assert not any(key.startswith("t/_temporary/") for key in all_keys(backend.client, bucket, "t"))

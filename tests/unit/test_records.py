@@ -104,15 +104,37 @@ def test_journal_round_trip_and_scope():
     paths = JobPaths(DEST, JOB)
     j = CommitJournal(job_id=JOB, bucket="bkt", prefix="table", mode=WriteMode.OVERWRITE,
                       partition_overwrite=PartitionOverwrite.DYNAMIC, started_ms=5,
-                      winners=(paths.task_manifest(0, 0, "n"),), replace=("dt=1",),
-                      delete=(DeleteEntry("table/dt=1/old.csv", '"e"'),))
+                      winners=(paths.task_manifest(0, 0, "n"),), replace=("dt=1",), position=7)
     assert CommitJournal.from_bytes(j.to_bytes(), where="t", destination=DEST, job_id=JOB) == j
     bad = dataclasses.replace(j, winners=("table/_temporary/mpcommit/other/tasks/x.json",))
     with pytest.raises(ManifestScopeError, match="not a manifest"):
         CommitJournal.from_bytes(bad.to_bytes(), where="t", destination=DEST, job_id=JOB)
-    outside = dataclasses.replace(j, delete=(DeleteEntry("elsewhere/x", '"e"'),))
+    compaction = CommitJournal(job_id=JOB, bucket="bkt", prefix="table", mode=WriteMode.APPEND,
+                               partition_overwrite=PartitionOverwrite.STATIC, started_ms=5,
+                               winners=(paths.task_manifest(0, 0, "n"),), purpose="compact",
+                               delete=(DeleteEntry("table/dt=1/old.csv", '"e"'),), position=8)
+    assert CommitJournal.from_bytes(compaction.to_bytes(), where="t", destination=DEST, job_id=JOB) == compaction
+    outside = dataclasses.replace(compaction, delete=(DeleteEntry("elsewhere/x", '"e"'),))
     with pytest.raises(ManifestScopeError, match="outside"):
         CommitJournal.from_bytes(outside.to_bytes(), where="t", destination=DEST, job_id=JOB)
+
+
+@pytest.mark.parametrize("purpose, key, why", [
+    # Only a compaction deletes named objects: a write job's journal that names one is forged.
+    ("write", "table/dt=1/old.csv", "deletes no named objects"),
+    # Another job's journal or the table's _SUCCESS are hidden keys, never data: deleting them could roll that
+    # job back or hide a commit (the adversarial review's case 5).
+    ("compact", "table/_temporary/mpcommit/0b9c5e8e-8a5e-4c1e-9b7e-1d2f3a4b5c6d/journal.json", "hidden key"),
+    ("compact", "table/_SUCCESS", "hidden key"),
+    ("compact", "table/_mpcommit/order/00000000000000000001", "hidden key"),
+])
+def test_a_journal_whose_delete_list_is_not_a_compactions_data_files_is_refused(purpose, key, why):
+    forged = CommitJournal(job_id=JOB, bucket="bkt", prefix="table", mode=WriteMode.APPEND,
+                           partition_overwrite=PartitionOverwrite.STATIC, started_ms=5,
+                           winners=(JobPaths(DEST, JOB).task_manifest(0, 0, "n"),), purpose=purpose,
+                           delete=(DeleteEntry(key, '"e"'),), position=3)
+    with pytest.raises(ManifestScopeError, match=why):
+        CommitJournal.from_bytes(forged.to_bytes(), where="t", destination=DEST, job_id=JOB)
 
 
 def test_descriptor_round_trip():

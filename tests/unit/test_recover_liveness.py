@@ -16,7 +16,7 @@ class Committer:
     def __init__(self):
         self.aborted = False
 
-    def abort(self):
+    def rollback(self, *, reason):
         self.aborted = True
 
         class Report:
@@ -39,8 +39,8 @@ def status(*, created_ago: float, active_ago: float) -> JobStatus:
 ])
 def test_a_writing_job_is_rolled_back_only_after_an_hour_without_a_sign_of_life(created_ago, active_ago, rolled_back):
     committer = Committer()
-    action = _recover_one(None, Destination("bkt", "t"), status(created_ago=created_ago, active_ago=active_ago),
-                          committer, named=False, older_than=3600, now=time.time())
+    action = _recover_one(committer, status(created_ago=created_ago, active_ago=active_ago), named=False,
+                          older_than=3600, now=time.time(), dry_run=False)
     assert committer.aborted is rolled_back
     assert action.action is (RecoveryOutcome.ROLLED_BACK if rolled_back else RecoveryOutcome.SKIPPED)
     if not rolled_back:

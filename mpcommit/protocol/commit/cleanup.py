@@ -34,9 +34,13 @@ class JobCleanup:
         winner_keys = set(journal.winners)
         return self._abort_manifested(skip=winner_keys, keep=winners) + self.abort_listed(exclude=winners)
 
+    def abort_all(self) -> int:
+        """Abort every upload of the job still pending: those its manifests name, then those the listing shows."""
+        return self._abort_manifested() + self.abort_listed()
+
     def discard_all(self) -> tuple[int, int]:
         """Abort every upload of the job and remove its records: (uploads aborted, records deleted)."""
-        aborted = self._abort_manifested() + self.abort_listed()
+        aborted = self.abort_all()
         return aborted, self.remove_records(journal_first=False)
 
     def _abort_manifested(self, *, skip: set[str] = frozenset(), keep: set[str] = frozenset()) -> int:  # type: ignore[assignment]
@@ -74,12 +78,23 @@ class JobCleanup:
         return aborted
 
     def remove_records(self, *, journal_first: bool) -> int:
-        """Delete the job's hidden prefix. The journal goes first: leftover manifests without a journal are
-        harmless, a journal without its manifests could not be recovered."""
+        """Delete the job's hidden prefix.
+
+        After a commit (``journal_first``) the journal goes first: leftover manifests without a journal are
+        harmless, a journal without its manifests could not be recovered. After a rollback it goes last: the
+        rollback record at the journal key is what stops the job's own driver from committing, and it must
+        outlive the descriptor, whose absence stops a driver that comes later (see journal.claim_journal)."""
         bucket = self.destination.bucket
         keys = [o.key for o in self.store.list_objects(bucket, self.paths.root)]
+        removed = 0
         if journal_first and self.paths.journal in keys:
-            self.store.delete_objects(bucket, [self.paths.journal])
+            removed += self.store.delete_objects(bucket, [self.paths.journal])
             keys.remove(self.paths.journal)
             faults.checkpoint("commit.during_cleanup")
-        return self.store.delete_objects(bucket, keys) if keys else 0
+        last = [k for k in keys if k == self.paths.journal]
+        keys = [k for k in keys if k != self.paths.journal]
+        if keys:
+            removed += self.store.delete_objects(bucket, keys)
+        if last:
+            removed += self.store.delete_objects(bucket, last)
+        return removed

@@ -1,30 +1,65 @@
 """The job commit's steps in order, for a first commit and for ``recover`` alike; the steps themselves live in
-the modules beside this one (journal, placing, replacing, cleanup)."""
+the modules beside this one (journal, placing, replacing, cleanup) and in the table's commit order
+(:mod:`mpcommit.protocol.order`).
+
+A commit: validate every manifest -> take a place in the table's order -> (a compaction: give up if an earlier
+job replaced its sources) -> claim the journal -> (an overwrite: wait for the earlier jobs touching its scope)
+-> complete -> delete what it replaces -> abort leftovers -> ``_SUCCESS`` -> record its end in the order ->
+remove its records. A rollback claims the journal key first, so that a commit and a rollback of one job can
+never both proceed.
+"""
 
 from __future__ import annotations
 
+import logging
 import socket
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 
-from ...errors import CommitStateUnknownError, JobStateError
+from ...errors import (
+    CommitConflictError,
+    CommitFailedError,
+    CommitStateUnknownError,
+    JobRolledBackError,
+    JobStateError,
+    ManifestError,
+    MpcommitError,
+    NoSuchKeyError,
+)
 from ...modes import CommitMode, CommitOutcome
+from ...options import OrderSettings
 from ...pool import ProgressHook
+from ...store.conditional import ConditionalWrites, conditional_writes
 from ...store.s3 import S3Store
 from .. import faults
-from ..layout import Destination, JobPaths
-from ..records.job import CommitJournal, DeleteEntry, JobDescriptor, MergedFile
+from ..heartbeat import Heartbeat
+from ..layout import Destination, JobPaths, table_of
+from ..order import OrderSnapshot, TableOrder
+from ..records.job import CommitJournal, DeleteEntry, JobDescriptor, JobRollback, MergedFile, read_claim
 from ..records.manifest import PendingUpload, StagedFile, TaskManifest, TaskResult
+from ..records.order import OrderEntry, Outcome, OrderOutcome, table_paths
 from ..records.success import PartitionStats, SuccessData
 from .cleanup import JobCleanup
 from .context import CommitContext
-from .journal import build_journal, validate_winners, winners_by_task, write_journal
+from .journal import (
+    build_journal,
+    claim_journal,
+    claim_rollback,
+    validate_winners,
+    winners_by_task,
+    write_success,
+)
 from .manifests import ManifestReader
 from .placing import Placer, directory_of
 from .replacing import Replacer
 from .reports import AbortReport, CommitReport
 
+log = logging.getLogger(__name__)
+
 DEFAULT_COMMIT_THREADS = 32
+#: Every this many places, the job that ends one tidies the order (deletes long-ended places).
+TIDY_EVERY = 25
 
 
 def _noop(_step: str, _done: int, _total: int | None) -> None:
@@ -32,14 +67,16 @@ def _noop(_step: str, _done: int, _total: int | None) -> None:
 
 
 class JobCommitter:
-    """Commit, abort and finish one job of one destination. Holds no state between calls but its settings.
+    """Commit, roll back and finish one job of one destination. Holds no state between calls but its settings.
 
     ``threads``: the commit's requests in flight (0: all on the caller's thread, for deterministic tests);
-    ``processes`` > 1 spreads the completes over that many worker processes.
+    ``processes`` > 1 spreads the completes over that many worker processes; ``order``: how the job waits for
+    the jobs before it in its table's commit order.
     """
 
     def __init__(self, store: S3Store, destination: Destination, job_id: str, *,
-                 threads: int = DEFAULT_COMMIT_THREADS, progress: ProgressHook | None = None, processes: int = 1):
+                 threads: int = DEFAULT_COMMIT_THREADS, progress: ProgressHook | None = None, processes: int = 1,
+                 order: OrderSettings | None = None):
         self.store = store
         self.destination = destination
         self.job_id = job_id
@@ -48,14 +85,25 @@ class JobCommitter:
         self.processes = max(1, processes)
         self.progress = progress or _noop
         self.manifests = ManifestReader(store, destination, job_id)
+        self.table = table_of(destination)
+        self.order = TableOrder(store, self.table, order)
+        #: The job's heartbeat while this process works for it: stopped before its records are removed.
+        self.heartbeat: Heartbeat | None = None
+
+    def _quiet(self) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
+
+    def _conditional(self) -> ConditionalWrites:
+        return conditional_writes(self.store, self.destination.bucket, self.table.root)
 
     # ------------------------------------------------------------ commit
     def commit(self, descriptor: JobDescriptor, results: Sequence[TaskResult], *, ignored: bool = False,
                extra_timings: dict[str, float] | None = None, delete: Sequence[DeleteEntry] = (),
-               merged: Sequence[MergedFile] = ()) -> CommitReport:
+               merged: Sequence[MergedFile] = (), since: OrderSnapshot | None = None) -> CommitReport:
         """``delete`` names objects (pinned by ETag) to remove once every new file is complete: the sources
-        of a compaction. ``merged`` names files merged from the winners' staged files (a commit-time merge):
-        they are completed instead of moving those staged files in."""
+        of a compaction, which read the table after ``since``. ``merged`` names files merged from the winners'
+        staged files (a commit-time merge): they are completed instead of moving those staged files in."""
         t0 = time.monotonic()
         timings: dict[str, float] = dict(extra_timings or {})
         by_task = winners_by_task(results, self.paths)
@@ -70,15 +118,36 @@ class JobCommitter:
             journal = build_journal(descriptor, self.destination, by_task, delete=delete, merged=merged)
             if journal.replace:
                 t = time.monotonic()
-                Replacer(self.store, self.destination, self.job_id, context, self.progress).check_scope_listable(
-                    journal.replace)
+                Replacer(self.store, self.destination, self.job_id, context, self.progress).check_scope(journal.replace)
                 timings["check_scope"] = time.monotonic() - t
-            write_journal(self.store, self.destination, journal)
+            t = time.monotonic()
+            partitions = sorted({p for r in by_task.values() for p in r.partitions})
+            entry = self._take_place(journal, partitions)
+            try:
+                faults.checkpoint("commit.after_place")
+                self.order.refuse_beside_others(entry, self._conditional())
+                if since is not None:
+                    self._refuse_conflict(entry, since)
+                journal = replace(journal, position=entry.position)
+                claim_journal(self.store, self.destination, journal)
+            except CommitStateUnknownError:
+                raise  # the journal may exist: its place stays open, and `recover` decides
+            except BaseException as exc:
+                # Refused before the journal: not committed, so the place ends (later jobs need not wait for it).
+                try:
+                    self.order.end(entry, Outcome.ROLLED_BACK, reason=_short(exc))
+                except MpcommitError as failed:
+                    log.warning("job %s: could not record the end of its place %d (%s); a later job will take it "
+                                "for dead and end it", self.job_id, entry.position, failed)
+                if isinstance(exc, JobRolledBackError):
+                    self.store.delete_objects(self.destination.bucket, [self.paths.heartbeat])
+                raise
+            timings["order"] = time.monotonic() - t
             self.progress("journal", 1, 1)
             inline = {r.manifest_key: r.manifest for r in by_task.values() if r.manifest is not None}
             try:
                 faults.checkpoint("commit.after_journal")
-                return self._finish(journal, context, inline=inline, timings=timings, started=t0)
+                return self._finish(journal, context, entry=entry, inline=inline, timings=timings, started=t0)
             except CommitStateUnknownError:
                 raise
             except Exception as exc:  # noqa: BLE001 - any failure after the journal leaves the outcome unknown
@@ -88,28 +157,115 @@ class JobCommitter:
                     job_id=self.job_id, destination=self.destination.uri,
                 ) from exc
 
+    def _entry_for(self, journal: CommitJournal, partitions: Sequence[str]) -> OrderEntry:
+        here = self.table.path_of(self.destination)
+        if journal.delete:
+            touched = sorted({directory_of(d.key[len(self.destination.root):]) for d in journal.delete})
+        elif partitions:
+            touched = list(partitions)
+        else:
+            touched = [""]
+        return OrderEntry(
+            position=1, job_id=self.job_id, bucket=self.destination.bucket, table=self.table.prefix,
+            destination=here, purpose=journal.purpose, mode=journal.mode,
+            partition_overwrite=journal.partition_overwrite,
+            touches=table_paths(self.table, here, touched), replaces=table_paths(self.table, here, journal.replace)
+            if journal.replace else (),
+            created_ms=int(time.time() * 1000), hostname=socket.gethostname())
+
+    def _take_place(self, journal: CommitJournal, partitions: Sequence[str]) -> OrderEntry:
+        try:
+            return self.order.take(self._entry_for(journal, partitions), self._conditional())
+        except MpcommitError as exc:
+            raise CommitFailedError(f"job {self.job_id} was not committed, nothing was made visible: it could not "
+                                    f"take its place in the commit order of {self.table.uri}: {exc}") from exc
+
+    def _refuse_conflict(self, entry: OrderEntry, since: OrderSnapshot) -> None:
+        found = self.order.conflict(entry, since)
+        if found is None:
+            return
+        if isinstance(found, OrderEntry):
+            what = "an overwrite" if found.replaces else "a compaction"
+            raise CommitConflictError(
+                f"job {self.job_id} ({entry.purpose}) was not committed: {what}, job {found.job_id} (place "
+                f"{found.position} in the commit order of {self.table.uri}), changed the files it was made from "
+                "while it ran. Nothing of it is visible; run it again.",
+                job_id=self.job_id, other_job_id=found.job_id, destination=self.destination.uri)
+        raise CommitConflictError(
+            f"job {self.job_id} ({entry.purpose}) was not committed: {found}. Nothing of it is visible; run it again.",
+            job_id=self.job_id, other_job_id="", destination=self.destination.uri)
+
     # ------------------------------------------------------------ finish (commit and recover)
     def finish(self, journal: CommitJournal) -> CommitReport:
-        """Carry out a journal (``recover``): complete winners, replace old data, abort leftovers, write _SUCCESS,
-        clean up."""
-        with CommitContext(self.threads) as context:
-            return self._finish(journal, context)
+        """Carry out a journal (``recover``): every manifest validated first, then as a first commit would."""
+        with CommitContext(self.threads) as context, self._beating():
+            return self._finish(journal, context, validated=False)
 
-    def _finish(self, journal: CommitJournal, context: CommitContext, *,
+    def _beating(self) -> Heartbeat:
+        self.heartbeat = Heartbeat(self.store, self.paths, self.order.settings.heartbeat_seconds)
+        return self.heartbeat
+
+    def _finish(self, journal: CommitJournal, context: CommitContext, *, entry: OrderEntry | None = None,
                 inline: dict[str, TaskManifest | None] | None = None, timings: dict[str, float] | None = None,
-                started: float | None = None) -> CommitReport:
-        t0 = started if started is not None else time.monotonic()
-        timings = dict(timings or {})
-        inline = inline or {}
-        journal_info = self.store.head_object(self.destination.bucket, self.paths.journal)
-        if journal_info is None:
-            raise CommitStateUnknownError(
-                f"job {self.job_id}: its commit journal vanished while committing; another process may have "
-                "finished or cleaned it. Check `mpcommit show` before acting.",
-                job_id=self.job_id, destination=self.destination.uri,
-            )
-        cutoff = journal_info.last_modified
+                started: float | None = None, validated: bool = True) -> CommitReport:
+        if entry is None:  # recover: the job may have ended meanwhile, by another process's hand
+            entry = self._place_of(journal)
+            if entry is None:
+                return self._ended_elsewhere(journal, None)
+            ended = self.order.outcome(entry.position)
+            if ended is not None:
+                return self._ended_elsewhere(journal, ended)
+        try:
+            return self._carry_out(journal, entry, context, inline=inline or {}, timings=dict(timings or {}),
+                                   t0=started if started is not None else time.monotonic(), validated=validated)
+        except MpcommitError:
+            ended = self.order.outcome(entry.position)
+            if ended is not None:  # another process finished it while this one was at it
+                return self._ended_elsewhere(journal, ended)
+            raise
+
+    def _place_of(self, journal: CommitJournal) -> OrderEntry | None:
+        """The journal's place in the order; None when it ended so long ago that the order let it go. A journal
+        written before commits took places (format 1 or 2) takes one now, at the end."""
+        if journal.position is not None:
+            return self.order.entry(journal.position)
+        found = self.order.find(self.job_id)
+        if found is not None:
+            return found
+        entry = self._take_place(journal, [])
+        return entry
+
+    def _ended_elsewhere(self, journal: CommitJournal, ended: OrderOutcome | None) -> CommitReport:
+        """The job's end is recorded already: another process finished it (or, long ago, this one did). Its
+        leftover records go; the report says so and carries what _SUCCESS tells, where _SUCCESS still names it."""
+        if ended is not None and ended.outcome is Outcome.ROLLED_BACK:
+            raise JobRolledBackError(f"job {self.job_id} was rolled back by another process ({ended.reason}); "
+                                     "nothing of it is visible")
+        self._quiet()
+        with CommitContext(self.threads) as context:
+            JobCleanup(self.store, self.destination, self.job_id, context).remove_records(journal_first=True)
+        mode = CommitMode.of(journal.mode, journal.partition_overwrite)
+        success = _read_success(self.store, self.destination)
+        named = success is not None and success.job_id == self.job_id
+        return CommitReport(
+            job_id=self.job_id, uri=self.destination.uri, mode=mode, outcome=CommitOutcome.COMMITTED,
+            filenames=success.filenames if named else (), bytes=success.bytes if named else 0,  # type: ignore[union-attr]
+            rows=success.rows if named else None, partitions=success.partitions if named else (),  # type: ignore[union-attr]
+            position=journal.position, finished_elsewhere=True)
+
+    def _carry_out(self, journal: CommitJournal, entry: OrderEntry, context: CommitContext, *,
+                   inline: dict[str, TaskManifest | None], timings: dict[str, float], t0: float,
+                   validated: bool) -> CommitReport:
+        if not validated:
+            # Recover: every manifest is read and validated before the first complete (I7), as a first commit
+            # does before its journal -- never one bad manifest found after half the files are visible.
+            for _manifest in self.manifests.stream(journal.winners, inline, context):
+                pass
         replacer = Replacer(self.store, self.destination, self.job_id, context, self.progress)
+        if entry.replaces:
+            t = time.monotonic()
+            self.order.wait_for_earlier(entry, entry.replaces, take_over=self._take_over, progress=self.progress)
+            timings["wait"] = time.monotonic() - t
 
         t = time.monotonic()
         # What the commit keeps per file is only what _SUCCESS and the report need (the key, its partition's
@@ -161,9 +317,8 @@ class JobCommitter:
             stats[2] = None if stats[2] is None or item.rows is None else stats[2] + item.rows
             self.progress("complete", len(filenames), None)
 
-        # An overwrite's first look at the scope it replaces only reads (see Replacer.replace_old): it runs
-        # beside the completes instead of after them, one listing pass fewer on the commit's critical path.
-        first_look = replacer.look_beside(journal, cutoff)
+        # An overwrite's look at the scope it replaces only reads: it runs beside the completes.
+        older = replacer.look_beside(journal, entry, self.order)
         placer = Placer(self.store, self.destination, self.job_id, skip_directories=skip)
         placer.place_all(uploads(), account, context, processes=self.processes if sources is None else 1)
         if sources is not None:
@@ -172,8 +327,7 @@ class JobCommitter:
         self.progress("completed", len(filenames), len(filenames))
 
         t = time.monotonic()
-        deleted = replacer.replace_old(journal, cutoff, sources, first_look=first_look.result() if first_look else None,
-                                       skip_directories=skip)
+        deleted = replacer.delete(older.result() if older is not None else [], sources, skip_directories=skip)
         timings["replace"] = time.monotonic() - t
 
         t = time.monotonic()
@@ -191,39 +345,109 @@ class JobCommitter:
             partitions=tuple(sorted(p for p in partitions if p)), timings={k: round(v, 4) for k, v in timings.items()},
             hostname=socket.gethostname(), purpose=journal.purpose,
             partition_stats={p: PartitionStats(n, b, r) for p, (n, b, r) in sorted(per_partition.items())},
-            merged_from=len(journal.delete) if journal.delete else None,
+            merged_from=len(journal.delete) if journal.delete else None, position=entry.position,
         )
         faults.checkpoint("commit.before_success")
         self.progress("success", 0, 1)
-        self.store.put_object(self.destination.bucket, self.destination.success_key, success.to_bytes())
+        write_success(self.store, self.destination, success, match_etag=self._conditional().match_etag)
         self.progress("success", 1, 1)
         faults.checkpoint("commit.after_success")
+        _ended, ours = self.order.end(entry, Outcome.COMMITTED)
         timings["success"] = time.monotonic() - t
 
         t = time.monotonic()
+        self._quiet()
         cleanup.remove_records(journal_first=True)
+        if entry.position % TIDY_EVERY == 0:
+            self.order.collect_garbage()
         timings["cleanup"] = time.monotonic() - t
         timings["total"] = time.monotonic() - t0
         return CommitReport(
             job_id=self.job_id, uri=self.destination.uri, mode=mode, outcome=CommitOutcome.COMMITTED,
             filenames=success.filenames, bytes=success.bytes, rows=success.rows, partitions=success.partitions,
             timings=timings, aborted_uploads=aborted, deleted_objects=deleted,
-            partition_stats=dict(success.partition_stats or {}),
+            partition_stats=dict(success.partition_stats or {}), position=entry.position,
+            finished_elsewhere=not ours,
         )
 
-    # ------------------------------------------------------------ abort
-    def abort(self, *, force: bool = False) -> AbortReport:
-        """Roll back: abort every upload of this job and remove its records. Refuses while a journal exists
-        (the commit may be partly visible: recover instead) unless ``force``."""
-        if not force and self.store.head_object(self.destination.bucket, self.paths.journal) is not None:
-            raise JobStateError(
-                f"job {self.job_id} has a commit journal: its commit started and may be partly visible. "
-                f"Finish it with `mpcommit jobs recover {self.destination.uri} --job {self.job_id}` instead of aborting."
-            )
-        aborted, deleted = self.discard_all()
+    # ------------------------------------------------------------ another job, dead, in the way
+    def _take_over(self, other: OrderEntry) -> None:
+        """Finish or roll back an earlier job of the table that went silent (see TableOrder.wait_for_earlier)."""
+        committer = JobCommitter(self.store, self.table.destination(other.destination), other.job_id,
+                                 threads=self.threads, order=self.order.settings)
+        log.warning("job %s: job %s before it in the commit order of %s has been silent for %.0f s; finishing or "
+                    "rolling it back", self.job_id, other.job_id, self.table.uri, self.order.settings.lease_seconds)
+        try:
+            committer.recover_job(reason=f"silent for {self.order.settings.lease_seconds:.0f} s; taken over by job "
+                                         f"{self.job_id}")
+        except JobStateError:
+            pass  # it started committing meanwhile: alive after all, waited for again
+        except (ManifestError, CommitStateUnknownError) as exc:
+            raise CommitFailedError(
+                f"job {self.job_id} cannot go on: job {other.job_id}, before it in the commit order of "
+                f"{self.table.uri}, is dead and could not be finished ({exc}). Run `mpcommit jobs recover "
+                f"{self.table.destination(other.destination).uri} --job {other.job_id}`.") from exc
+
+    def recover_job(self, *, reason: str) -> CommitReport | AbortReport:
+        """Finish this job from its journal, go on with its interrupted rollback, or roll it back when its
+        commit never began (JobStateError if it begins meanwhile)."""
+        claim = self.read_claim()
+        if isinstance(claim, CommitJournal):
+            return self.finish(claim)
+        return self.rollback(reason=reason)
+
+    def read_claim(self) -> CommitJournal | JobRollback | None:
+        """What holds the job's journal key: its commit journal, the record of its rollback, or nothing."""
+        try:
+            data = self.store.get_object(self.destination.bucket, self.paths.journal)
+        except NoSuchKeyError:
+            return None
+        return read_claim(data, where=self.paths.journal, destination=self.destination, job_id=self.job_id)
+
+    # ------------------------------------------------------------ rollback
+    def rollback(self, *, reason: str) -> AbortReport:
+        """Roll back: claim the journal key (so that the job can never commit; JobStateError when it is
+        committing already), record the end of its place in the order if it took one, abort every upload of the
+        job and remove its records."""
+        self.stop_commit(reason=reason)
+        faults.checkpoint("rollback.after_claim")
+        with CommitContext(self.threads) as context:
+            cleanup = JobCleanup(self.store, self.destination, self.job_id, context)
+            aborted = cleanup.abort_all()
+            self._quiet()
+            # Not counted: the rollback record this rollback (or an interrupted one) put at the journal key.
+            deleted = max(0, cleanup.remove_records(journal_first=False) - 1)
         return AbortReport(self.job_id, aborted, deleted)
 
+    def stop_commit(self, *, reason: str) -> None:
+        """The first step of a rollback: claim the job's journal key, so that the job can never commit
+        (JobStateError when it is committing already), and end its place in the order if it took one. Its
+        uploads may be aborted from here on."""
+        claim_rollback(self.store, self.destination, self.job_id, reason)
+        entry = self.order.find(self.job_id)
+        if entry is not None:
+            self.order.end(entry, Outcome.ROLLED_BACK, reason=reason)
+
+    def abort(self) -> AbortReport:
+        """Roll back a job whose commit has not begun (the driver's own ``job.abort()``)."""
+        return self.rollback(reason="aborted by its driver")
+
     def discard_all(self) -> tuple[int, int]:
-        """Abort every upload of the job and remove its records: (uploads aborted, records deleted)."""
+        """Abort every upload of a committed job that is left, and remove its records: (aborted, deleted)."""
+        self._quiet()
         with CommitContext(self.threads) as context:
             return JobCleanup(self.store, self.destination, self.job_id, context).discard_all()
+
+
+def _short(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _read_success(store: S3Store, destination: Destination) -> SuccessData | None:
+    try:
+        return SuccessData.from_bytes(store.get_object(destination.bucket, destination.success_key),
+                                      where=destination.success_key)
+    except (NoSuchKeyError, ManifestError):
+        return None
+

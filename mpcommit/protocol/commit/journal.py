@@ -7,6 +7,7 @@ after, UNKNOWN until ``_SUCCESS`` (``recover`` finishes it from the journal).
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Sequence
 
@@ -14,15 +15,20 @@ from ...errors import (
     CommitFailedError,
     CommitStateUnknownError,
     DuplicateTaskResultError,
+    JobRolledBackError,
+    JobStateError,
     ManifestError,
     MpcommitError,
+    NoSuchKeyError,
+    PreconditionFailedError,
     ProtocolError,
 )
 from ...modes import PartitionOverwrite, WriteMode
 from ...store.s3 import S3Store
 from ..layout import Destination, JobPaths
-from ..records.job import CommitJournal, DeleteEntry, JobDescriptor, MergedFile
+from ..records.job import CommitJournal, DeleteEntry, JobDescriptor, JobRollback, MergedFile, read_claim
 from ..records.manifest import TaskManifest, TaskResult
+from ..records.success import SuccessData
 from .context import CommitContext
 from .manifests import ManifestReader
 
@@ -108,6 +114,7 @@ def replace_scope(mode: WriteMode, overwrite: PartitionOverwrite, partitions: Se
 
 def build_journal(descriptor: JobDescriptor, destination: Destination, by_task: dict[int, TaskResult], *,
                   delete: Sequence[DeleteEntry], merged: Sequence[MergedFile]) -> CommitJournal:
+    """What the commit will do; its place in the table's order is added once taken."""
     partitions = sorted({p for r in by_task.values() for p in r.partitions})
     journal = CommitJournal(
         job_id=descriptor.job_id, bucket=destination.bucket, prefix=destination.prefix,
@@ -126,11 +133,34 @@ def build_journal(descriptor: JobDescriptor, destination: Destination, by_task: 
     return journal
 
 
-def write_journal(store: S3Store, destination: Destination, journal: CommitJournal) -> None:
-    """Write the journal: from here on, the outcome of a failure is unknown until ``recover`` finishes it."""
+def claim_journal(store: S3Store, destination: Destination, journal: CommitJournal) -> None:
+    """Create the journal with ``If-None-Match: *``: the commit's side of the barrier between a commit and a
+    rollback of one job (the rollback claims the same key first, :func:`claim_rollback`). Then the job's
+    descriptor must still be there: a rollback that ran to its end before this removed it (and its own claim).
+    Raises JobRolledBackError when a rollback got there first (nothing of this job is visible), and
+    CommitStateUnknownError when the answer could not be had."""
     paths = JobPaths(destination, journal.job_id)
+    data = journal.to_bytes()
     try:
-        store.put_object(destination.bucket, paths.journal, journal.to_bytes())
+        try:
+            store.put_object(destination.bucket, paths.journal, data, if_none_match=True)
+        except PreconditionFailedError:
+            try:
+                found: bytes | None = store.get_object(destination.bucket, paths.journal)
+            except NoSuchKeyError:
+                found = None  # a rollback claimed it, then finished and removed it
+            if found != data:  # not our own write whose answer was lost and retried
+                raise JobRolledBackError(
+                    f"job {journal.job_id} was rolled back by another process (`jobs abort`, `recover` or an orphan "
+                    f"cleanup) before its commit began; nothing of it was made visible. Run the job again."
+                ) from None
+        if store.head_object(destination.bucket, paths.descriptor) is None:
+            store.delete_objects(destination.bucket, [paths.journal, paths.heartbeat])
+            raise JobRolledBackError(
+                f"job {journal.job_id} was rolled back by another process before its commit began (its records are "
+                "gone); nothing of it was made visible. Run the job again.")
+    except JobRolledBackError:
+        raise
     except MpcommitError as exc:
         # The journal may or may not have been written; either way no upload was completed, so a recover
         # would only complete exactly what this commit would have. Say so rather than guess.
@@ -139,3 +169,59 @@ def write_journal(store: S3Store, destination: Destination, journal: CommitJourn
             f"Run `mpcommit jobs recover {destination.uri} --job {journal.job_id}` or commit again.",
             job_id=journal.job_id, destination=destination.uri,
         ) from exc
+
+
+def claim_rollback(store: S3Store, destination: Destination, job_id: str, reason: str) -> JobRollback:
+    """The rollback's side of the barrier: create the job's journal key holding a rollback record. Returns the
+    record that holds (an earlier rollback's, if one was interrupted); raises JobStateError when the key holds
+    a commit journal -- the job is committing and only ``recover`` may act on it."""
+    paths = JobPaths(destination, job_id)
+    record = JobRollback(job_id, destination.bucket, destination.prefix, int(time.time() * 1000),
+                         socket.gethostname(), reason)
+    try:
+        store.put_object(destination.bucket, paths.journal, record.to_bytes(), if_none_match=True)
+        return record
+    except PreconditionFailedError:
+        pass
+    try:
+        found = read_claim(store.get_object(destination.bucket, paths.journal), where=paths.journal,
+                           destination=destination, job_id=job_id)
+    except NoSuchKeyError:
+        return claim_rollback(store, destination, job_id, reason)  # it went meanwhile: claim again
+    except ManifestError as exc:
+        raise JobStateError(f"job {job_id}: its journal key holds a record that cannot be read ({exc}); it is not "
+                            "rolled back. Inspect it before acting.") from exc
+    if isinstance(found, JobRollback):
+        return found
+    raise JobStateError(
+        f"job {job_id} is committing (its commit journal exists): its files may be partly visible and rolling back "
+        f"would lose them. Finish it with `mpcommit jobs recover {destination.uri} --job {job_id}`.")
+
+
+def write_success(store: S3Store, destination: Destination, success: SuccessData, *, match_etag: bool) -> bool:
+    """Write ``_SUCCESS`` unless a job later in the commit order wrote it already: the file then keeps describing
+    the latest commit, whichever of two concurrent jobs finishes last. With ``match_etag`` (the store honours
+    If-Match) the read and the write are one atomic step; else they are two. Returns whether it was written."""
+    bucket, key = destination.bucket, destination.success_key
+    for _attempt in range(20):
+        try:
+            data, etag = store.get_object_and_etag(bucket, key)
+        except NoSuchKeyError:
+            try:
+                store.put_object(bucket, key, success.to_bytes(), if_none_match=match_etag)
+                return True
+            except PreconditionFailedError:
+                continue  # another job wrote it first: look again
+        try:
+            current = SuccessData.from_bytes(data, where=f"s3://{bucket}/{key}")
+        except ManifestError:
+            current = None  # not ours to keep (another tool's _SUCCESS): replaced
+        if (current is not None and current.position is not None and success.position is not None
+                and current.position > success.position and current.job_id != success.job_id):
+            return False
+        try:
+            store.put_object(bucket, key, success.to_bytes(), if_match=etag if match_etag else None)
+            return True
+        except PreconditionFailedError:
+            continue
+    return False

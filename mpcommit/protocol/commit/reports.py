@@ -40,6 +40,9 @@ class CommitReport:
     catalog: CatalogSummary | None = None
     #: The job's place in its table's commit order (None where the job took none: an ignored write).
     position: int | None = None
+    #: Another process (a `recover`, or a later job taking over a silent one) recorded this job's end first: the
+    #: commit happened, counted there.
+    finished_elsewhere: bool = False
 
     @property
     def files(self) -> int:
@@ -54,6 +57,8 @@ class CommitReport:
         }
         if self.position is not None:
             out["position"] = self.position
+        if self.finished_elsewhere:
+            out["finishedElsewhere"] = True
         if self.catalog is not None:
             out["catalog"] = self.catalog.summary()
         return out
@@ -63,8 +68,9 @@ class CommitReport:
         if self.ignored:
             return f"{self.uri}: mode {self.mode.value} found existing data; nothing was written (job {self.job_id})"
         rows = "" if self.rows is None else f", {self.rows:,} rows"
+        elsewhere = " (finished by another process)" if self.finished_elsewhere else ""
         lines = [
-            f"{self.outcome.value} {self.uri} ({self.mode.value}) job {self.job_id}",
+            f"{self.outcome.value} {self.uri} ({self.mode.value}) job {self.job_id}{elsewhere}",
             f"  {self.files:,} files, {human_bytes(self.bytes)}{rows} in {len(self.partitions):,} partitions",
         ]
         if self.deleted_objects or self.aborted_uploads:

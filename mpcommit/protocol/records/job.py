@@ -14,6 +14,7 @@ from .manifest import PendingUpload
 
 DESCRIPTOR_KIND = "mpcommit.JobDescriptor"
 JOURNAL_KIND = "mpcommit.CommitJournal"
+ROLLBACK_KIND = "mpcommit.JobRollback"
 
 
 def _check_scope(r: Reader, *, destination: Destination, job_id: str | None, what: str, where: str) -> None:
@@ -101,10 +102,11 @@ class CommitJournal:
 
     ``winners`` are the manifest keys of the attempts to complete, one per task. ``replace`` lists the
     partition paths (relative to the destination; "" for all of it) whose older objects an overwrite removes
-    once the new files are complete; only objects last modified before ``started_ms`` and not carrying this
-    job's id are removed, so that a later job's data survives a late recovery. ``merged`` (format version 2)
-    lists the files merged at commit time: completed with the winners, in place of their staged sources.
-    A journal without merges is written as version 1, exactly as before.
+    once the new files are complete: the objects of the jobs before this one in the table's commit order,
+    never those of a job after it. ``position`` (format version 3) is this job's place in that order.
+    ``delete`` (a compaction's only) names its sources, pinned by ETag. ``merged`` lists the files merged at
+    commit time: completed with the winners, in place of their staged sources. Versions 1 and 2 (without a
+    position) are still read: such a journal takes its place in the order when it is recovered.
     """
 
     job_id: str
@@ -118,14 +120,17 @@ class CommitJournal:
     delete: tuple[DeleteEntry, ...] = ()
     purpose: str = "write"
     merged: tuple[MergedFile, ...] = ()
+    position: int | None = None
 
     def to_bytes(self) -> bytes:
         self.validate_merged()
         extra: dict[str, Any] = {"merged": [m.to_json() for m in self.merged]} if self.merged else {}
+        if self.position is not None:
+            extra["position"] = self.position
         return dumps(
             {
                 "kind": JOURNAL_KIND,
-                "version": 2 if self.merged else 1,
+                "version": 3 if self.position is not None else (2 if self.merged else 1),
                 "jobId": self.job_id,
                 "bucket": self.bucket,
                 "prefix": self.prefix,
@@ -170,7 +175,7 @@ class CommitJournal:
     @classmethod
     def from_bytes(cls, data: bytes, *, where: str, destination: Destination, job_id: str) -> "CommitJournal":
         obj = loads_object(data, what="commit journal", where=where)
-        version = check_kind(obj, kind=JOURNAL_KIND, versions=(1, 2), what="commit journal", where=where)
+        version = check_kind(obj, kind=JOURNAL_KIND, versions=(1, 2, 3), what="commit journal", where=where)
         if version == 1 and "merged" in obj:
             raise ManifestCorruptError(f"commit journal at {where}: version 1 cannot carry merged files; refused")
         r = Reader(obj, what="commit journal", where=where)
@@ -187,11 +192,20 @@ class CommitJournal:
                 raise ManifestScopeError(f"commit journal at {w}: {v!r} is not a partition path of {destination.uri}")
             return v
 
+        purpose = r.str("purpose", optional=True) or "write"
+
         def deleted(v: Any, w: str) -> DeleteEntry:
+            # Only a compaction deletes named objects, and only data files: a journal that names a hidden key
+            # (another job's journal, the table's _SUCCESS) could roll another job back or hide a commit.
+            if purpose != "compact":
+                raise ManifestScopeError(f"commit journal at {w}: a {purpose} job deletes no named objects; refused")
             e = r.obj_of(v, w)
             key = e.str("key")
             if not destination.contains(key):
                 raise ManifestScopeError(f"commit journal at {w} deletes {key!r} outside {destination.uri}; refused")
+            if is_hidden_key(destination, key):
+                raise ManifestScopeError(f"commit journal at {w} deletes {key!r}, a hidden key and no data file; "
+                                         "refused")
             return DeleteEntry(key, e.str("etag"))
 
         def merged(v: Any, w: str) -> MergedFile:
@@ -215,8 +229,48 @@ class CommitJournal:
             winners=r.list("winners", winner),
             replace=r.list("replace", replaced, optional=True),
             delete=r.list("delete", deleted, optional=True),
-            purpose=r.str("purpose", optional=True) or "write",
+            purpose=purpose,
             merged=r.list("merged", merged, optional=True) if version >= 2 else (),
+            position=r.int("position", minimum=1) if version >= 3 else None,
         )
         journal.validate_merged(where)
         return journal
+
+
+@dataclass(frozen=True)
+class JobRollback:
+    """What a rollback writes at the job's journal key before it aborts anything, with ``If-None-Match: *``.
+
+    The journal key is the one place a commit and a rollback of one job meet: the commit creates its journal
+    there the same way, so exactly one of them gets the key. A commit that finds this record stops before
+    anything of it is visible; a rollback that finds a journal refuses (the job is committing: recover it).
+    """
+
+    job_id: str
+    bucket: str
+    prefix: str
+    created_ms: int
+    hostname: str
+    reason: str
+
+    def to_bytes(self) -> bytes:
+        return dumps({"kind": ROLLBACK_KIND, "version": 1, "jobId": self.job_id, "bucket": self.bucket,
+                      "prefix": self.prefix, "created": self.created_ms, "hostname": self.hostname,
+                      "reason": self.reason})
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, where: str, destination: Destination, job_id: str) -> "JobRollback":
+        obj = loads_object(data, what="rollback record", where=where)
+        check_kind(obj, kind=ROLLBACK_KIND, versions=(1,), what="rollback record", where=where)
+        r = Reader(obj, what="rollback record", where=where)
+        _check_scope(r, destination=destination, job_id=job_id, what="rollback record", where=where)
+        return cls(job_id=r.str("jobId"), bucket=r.str("bucket"), prefix=obj.get("prefix", ""),
+                   created_ms=r.int("created"), hostname=r.str("hostname"), reason=r.str("reason"))
+
+
+def read_claim(data: bytes, *, where: str, destination: Destination, job_id: str) -> CommitJournal | JobRollback:
+    """What holds a job's journal key: its commit journal, or the record of its rollback."""
+    obj = loads_object(data, what="commit journal", where=where)
+    if obj.get("kind") == ROLLBACK_KIND:
+        return JobRollback.from_bytes(data, where=where, destination=destination, job_id=job_id)
+    return CommitJournal.from_bytes(data, where=where, destination=destination, job_id=job_id)

@@ -66,6 +66,8 @@ class SuccessData:
     partition_stats: Mapping[str, PartitionStats] | None = None
     #: A compaction: how many files it merged into ``filenames`` (and removed). None for other commits.
     merged_from: int | None = None
+    #: The job's place in its table's commit order: a _SUCCESS is only ever replaced by a later job's.
+    position: int | None = None
 
     @property
     def files(self) -> int:
@@ -94,6 +96,8 @@ class SuccessData:
             out["partitionStats"] = {p: s.to_json() for p, s in sorted(self.partition_stats.items())}
         if self.merged_from is not None:
             out["mergedFrom"] = self.merged_from
+        if self.position is not None:
+            out["position"] = self.position
         return out
 
     def to_bytes(self) -> bytes:
@@ -118,4 +122,5 @@ class SuccessData:
             purpose=r.str("purpose", optional=True) or "write",
             partition_stats=partition_stats_from_json(obj.get("partitionStats"), where=where),
             merged_from=r.int("mergedFrom", optional=True),
+            position=r.int("position", optional=True, minimum=1),
         )
