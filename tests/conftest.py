@@ -50,10 +50,12 @@ SPARK_BATCH_ROWS = 1000
 ALL_BACKENDS = ("moto", "localstack", "versitygw", "seaweedfs")
 #: What ``make test`` runs on: SeaweedFS's first build takes about 25 minutes of CPU, beyond the suite's budget.
 DEFAULT_BACKENDS = ("moto", "localstack", "versitygw")
-#: The tiers (folders under tests/, "" for the files directly in it) whose ``backend`` tests run on the Go servers
-#: too. The others (spark, catalog, connect, cluster, most of reliability) stay on moto and LocalStack, where they
-#: test mpcommit rather than the store; tests/reliability's fault matrix and tests/interop pick their own subsets.
-GO_SERVER_TIERS = frozenset({"", "protocol", "compaction", "cli", "stores"})
+#: Where ``backend`` tests run on the Go servers too: folders under tests/ ("" for the files directly in it) and
+#: single files. The rest (spark, catalog, connect, cluster, most of reliability) stay on moto and LocalStack, where
+#: they test mpcommit's own logic rather than the store; the fault matrix and tests/interop pick their own subsets.
+#: reliability's table-order, concurrency and interrupted-commit tests are here: they rest on conditional writes.
+GO_SERVER_TIERS = frozenset({"", "protocol", "compaction", "cli", "stores", "reliability/test_table_order.py",
+                             "reliability/test_concurrency.py", "reliability/test_interrupted_commit.py"})
 
 ACCESS_KEY_ID = "test"
 SECRET_ACCESS_KEY = "test"
@@ -151,11 +153,11 @@ def runs_on_go_servers(path: Any, fixturenames: Any) -> bool:
     """Whether a test in file ``path`` using these fixtures runs on the Go servers too (its tier, no Spark)."""
     tests = Path(__file__).resolve().parent
     try:
-        parts = Path(path).resolve().relative_to(tests).parts
+        rel = Path(path).resolve().relative_to(tests)
     except ValueError:
         return False
-    tier = parts[0] if len(parts) > 1 else ""
-    return tier in GO_SERVER_TIERS and not {"spark", "s3a_spark"} & set(fixturenames)
+    where = {"" if len(rel.parts) == 1 else rel.parts[0], rel.as_posix()}
+    return bool(where & GO_SERVER_TIERS) and not {"spark", "s3a_spark"} & set(fixturenames)
 
 
 # -- servers (session) -----------------------------------------------------------------------------------------
