@@ -7,13 +7,27 @@ key, upload id, parts) to the stub, untimed; the timed part is ``Job.commit`` (j
 leftovers, ``_SUCCESS``, cleanup) or the bare loop over the same uploads. Client CPU is this process's CPU
 (user + system, plus that of child processes in the multi-process variants) during the timed part.
 
-    python -m bench.bench_commit_scale cpu --files 10000 --repeats 10 --variants commit-botocore commit bare
+    python -m bench.bench_commit_scale cpu --files 10000 --repeats 10 --variants commit bare-crt
+    python -m bench.bench_commit_scale cpu --network s3 --files 100000 --repeats 5 --variants commit bare-crt
     python -m bench.bench_commit_scale memory --files 1000 10000 100000
+
+Variants of ``cpu``: ``commit`` (``Job.commit``, completes through the AWS CRT, the default), ``bare-crt`` (**the
+floor**: a bare loop of CompleteMultipartUpload on the same CRT client, :class:`mpcommit.store.crt_complete.
+CrtCompleter`, on as many threads, nothing else -- retrying only a 503 SlowDown, which a run through the rate
+limit needs to finish), ``bare`` (a bare boto3 loop: botocore's signer and urllib3, kept to show what the CRT
+path saves, not a floor), ``commit-botocore`` / ``commit-boto3`` (the commit on the older request paths),
+``commit-pN`` (N worker processes).
+
+Per run, besides wall time and client CPU: the rate of completes through the one driver (files / the complete
+phase), and through the S3-like network the 503 SlowDown answers the rate limit gave, the requests beyond one
+complete per file (retries) and the proxy's and the stub's CPU. One JSON line per run goes to
+``bench/results/commit_scale.jsonl`` (``--records DIR`` elsewhere).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import os
@@ -85,7 +99,8 @@ class Prepared:
 
 
 def prepare(endpoint: str, files: int, *, parts: int = 1, processes: int = 1, keep_uploads: bool = True,
-            prefix: str | None = None, referenced: bool = False, setup_endpoint: str | None = None) -> Prepared:
+            prefix: str | None = None, referenced: bool = False, setup_endpoint: str | None = None,
+            progress: Any = None) -> Prepared:
     """A fresh job whose tasks left ``files`` uploads of ``parts`` parts each, manifests written to the stub.
     ``referenced``: every task result names its manifest instead of carrying it (as large ones do), so that
     the commit reads them all from the store. ``setup_endpoint``: where the untimed set-up writes the
@@ -98,7 +113,7 @@ def prepare(endpoint: str, files: int, *, parts: int = 1, processes: int = 1, ke
     store = S3Store(s3_options(endpoint))
     setup = S3Store(s3_options(setup_endpoint)) if setup_endpoint else store
     uri = f"s3://{BUCKET}/{prefix or 't-' + uuid.uuid4().hex[:8]}"
-    job = Job.create(uri, mode="append", s3=store.options, store=store, commit_threads=THREADS,
+    job = Job.create(uri, mode="append", s3=store.options, store=store, commit_threads=THREADS, progress=progress,
                      **({"commit_processes": processes} if processes > 1 else {}))
     dest = job.destination
     results, bare = [], []
@@ -128,8 +143,51 @@ def prepare(endpoint: str, files: int, *, parts: int = 1, processes: int = 1, ke
     return Prepared(job, results, bare)
 
 
+def bare_crt_loop(client: Any, credentials: Any, uploads: list[tuple[str, str, str, str, int]]) -> dict[str, int]:
+    """The floor: CompleteMultipartUpload on the commit's own CRT client (signer and connections) over a thread
+    pool of the commit's size, nothing else but a retry of 503 SlowDown (exponential backoff with full jitter,
+    as AWS advises), without which a run through the rate limit could not finish. Returns the retries."""
+    import random
+    import threading
+
+    from botocore.exceptions import ClientError
+
+    from mpcommit.options import S3Options
+    from mpcommit.store.crt_complete import CrtCompleter
+    from mpcommit.store.s3 import CompletedPart
+
+    opts = S3Options()
+    completer = CrtCompleter(client, credentials, max_connections=opts.max_pool_connections,
+                             connect_timeout=opts.connect_timeout, read_timeout=opts.read_timeout)
+    retries = {"slowdown": 0}
+    lock = threading.Lock()
+
+    def complete(u: tuple[str, str, str, str, int]) -> None:
+        key, uid, etag, crc, parts = u
+        listed = [CompletedPart(n, etag, crc) for n in range(1, parts + 1)]
+        for attempt in range(20):
+            try:
+                completer.complete(BUCKET, key, uid, listed)
+                return
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") != "SlowDown" or attempt == 19:
+                    raise
+                with lock:
+                    retries["slowdown"] += 1
+                time.sleep(random.uniform(0, min(2.0, 0.05 * 2 ** attempt)))
+
+    try:
+        with ThreadPoolExecutor(THREADS) as pool:
+            for _ in pool.map(complete, uploads):
+                pass
+    finally:
+        completer.close()
+    return retries
+
+
 def bare_loop(client: Any, uploads: list[tuple[str, str, str, str, int]]) -> None:
-    """The floor: boto3's complete_multipart_upload over a thread pool of the same size, nothing else."""
+    """A bare boto3 loop: boto3's complete_multipart_upload over a thread pool of the same size, nothing else.
+    Not the floor any more (botocore's signer and urllib3 cost several times the CRT's CPU): kept to show that."""
 
     def complete(u: tuple[str, str, str, str, int]) -> None:
         key, uid, etag, crc, parts = u
@@ -145,24 +203,35 @@ def bare_loop(client: Any, uploads: list[tuple[str, str, str, str, int]]) -> Non
 
 # ---------------------------------------------------------------- CPU per file
 def run_cpu(args: argparse.Namespace) -> dict[str, Any]:
+    from .records import RecordLog
+
     stub = Stub()
     net = None
     try:
         make_client(stub.endpoint).create_bucket(Bucket=BUCKET)
         endpoint = stub.endpoint
-        if args.network == "s3":
-            # The commit and the bare loop both through the S3-like network (section 0 of BENCHMARKS.md: 30 ms to
-            # first byte, 80 ms for a complete); the untimed set-up straight to the stub.
-            from .s3_network import S3_LIKE, S3Network
+        if args.network != "raw":
+            # The commit and the bare loops all through the S3-like network (BENCHMARKS.md, "The network model":
+            # latency per operation and the rate limit); the untimed set-up straight to the stub.
+            from .s3_network import PROFILES, S3Network
 
-            net = S3Network(stub.endpoint, S3_LIKE).start()
+            profile = PROFILES[args.network]
+            if args.write_rate and profile.throttle is not None:
+                # A stress case, not S3's documented rate: a prefix colder than the model's 3,500 writes/s.
+                profile = dataclasses.replace(profile, name=f"{profile.name} (writes {args.write_rate:g}/s)",
+                                              throttle=dataclasses.replace(profile.throttle, write_rate=args.write_rate))
+            net = S3Network(stub.endpoint, profile).start()
             endpoint = net.endpoint_url
         client = make_client(endpoint)
+        credentials = client._request_signer._credentials  # the floor signs with the client's own credentials
         variants = args.variants
         out: dict[str, Any] = {"machine": machine_description(), "stub": "bench.stub_s3 (asyncio, canned XML)",
                                "network": args.network,
                                "network_profile": net.profile.describe() if net is not None else "none (loopback)",
                                "threads": THREADS, "sizes": {}, "command": " ".join(sys.argv)}
+        records = RecordLog("commit_scale", directory=args.records, network=args.network,
+                            profile=net.profile.to_json() if net is not None else None, threads=THREADS,
+                            server="bench.stub_s3 (another process)", files_per_task=FILES_PER_TASK)
         for files in args.files:
             runs: dict[str, list[dict[str, float]]] = {v: [] for v in variants}
             schedule = abba(variants, args.repeats)
@@ -174,38 +243,67 @@ def run_cpu(args: argparse.Namespace) -> dict[str, Any]:
                 # "commit": the default, through the AWS CRT (mpcommit.store.crt_complete).
                 lean = {"commit-boto3": "0", "commit-botocore": "botocore"}.get(variant.split("-p")[0], "1")
                 os.environ["MPCOMMIT_LEAN_COMPLETE"] = lean
-                prep = prepare(endpoint, files, processes=processes, keep_uploads=variant == "bare",
+                prep = prepare(endpoint, files, processes=processes, keep_uploads=variant.startswith("bare"),
                                setup_endpoint=stub.endpoint)
                 gc.collect()
                 load = os.getloadavg()[0]
                 if net is not None:
                     net.reset()
+                    p0 = net.stats()["cpu_seconds"]
+                timings: dict[str, float] = {}
+                retried: dict[str, int] = {}
+                outcome = "ok"
                 s0, c0, w0 = stub.cpu_seconds(), cpu_now(), time.perf_counter()
-                if variant == "bare":
-                    bare_loop(client, prep.uploads)
-                else:
-                    report = prep.job.commit(prep.results)
-                    assert report.files == files, (report.files, files)
+                try:
+                    if variant == "bare":
+                        bare_loop(client, prep.uploads)
+                    elif variant == "bare-crt":
+                        retried = bare_crt_loop(client, credentials, prep.uploads)
+                    else:
+                        report = prep.job.commit(prep.results)
+                        assert report.files == files, (report.files, files)
+                        timings = dict(report.timings)
+                except Exception as exc:  # noqa: BLE001 - a commit that fails under the rate limit is a result
+                    outcome = f"failed: {type(exc).__name__}: {str(exc)[:300]}"
+                    log(f"  #{repeat} {variant}: {outcome}")
                 w1, c1, s1 = time.perf_counter(), cpu_now(), stub.cpu_seconds()
-                run = {"wall_s": w1 - w0, "cpu_s": c1 - c0, "stub_cpu_s": s1 - s0, "load": load,
-                       "cpu_ms_per_file": (c1 - c0) / files * 1000, "files_per_s": files / (w1 - w0)}
+                complete_s = timings.get("complete", w1 - w0)
+                run = {"outcome": outcome, "wall_s": w1 - w0, "cpu_s": c1 - c0, "stub_cpu_s": s1 - s0, "load": load,
+                       "cpu_ms_per_file": (c1 - c0) / files * 1000, "files_per_s": files / (w1 - w0),
+                       "completes_per_s": files / complete_s if complete_s else None}
                 if net is not None:
-                    run["network"] = net.stats().get("totals", {})
+                    stats = net.stats()
+                    run["network"] = stats.get("totals", {})
+                    run["proxy_cpu_s"] = stats["cpu_seconds"] - p0
+                    cmu = stats["ops"].get("CompleteMultipartUpload", {})
+                    run["completes_sent"] = int(cmu.get("requests", 0))
+                    run["slowdowns"] = int(stats["totals"].get("throttled", 0))
+                    run["complete_slowdowns"] = int(cmu.get("throttled", 0))
+                    run["retries"] = max(0, run["completes_sent"] - files)  # completes beyond one per file
+                    run["max_in_flight"] = stats.get("max_in_flight")
+                    run["requests"] = {op: int(v["requests"]) for op, v in stats["ops"].items()}
                 runs[variant].append(run)
+                records.run(variant=variant, files=files, pair=repeat, timings=timings, retried=retried,
+                            **{k: v for k, v in run.items() if k != "network"}, proxy_totals=run.get("network"))
                 log(f"  #{repeat} {variant:10s} wall {run['wall_s']:.2f}s cpu {run['cpu_ms_per_file']:.3f} ms/file "
-                    f"({run['files_per_s']:,.0f} files/s; stub {run['stub_cpu_s']:.1f}s; load {load:.2f})")
+                    f"({run['files_per_s']:,.0f} files/s, completes {run['completes_per_s'] or 0:,.0f}/s; "
+                    f"stub {run['stub_cpu_s']:.1f}s; load {load:.2f}"
+                    + (f"; 503s {run['slowdowns']}, retries {run['retries']}, proxy {run['proxy_cpu_s']:.1f}s"
+                       if net is not None else "") + ")")
                 del prep
             size: dict[str, Any] = {"runs": runs, "medians": {}, "ratios": {}}
             for v in variants:
                 size["medians"][v] = {k: median(r[k] for r in runs[v]) for k in ("cpu_ms_per_file", "wall_s", "files_per_s", "load")}
-            if "bare" in variants:
+            for floor in ("bare-crt", "bare"):
+                if floor not in variants:
+                    continue
                 for v in variants:
-                    if v == "bare":
+                    if v.startswith("bare"):
                         continue
                     for measure in ("cpu_s", "wall_s"):
-                        r = ratio_spread([x[measure] for x in runs[v]], [x[measure] for x in runs["bare"]])
-                        size["ratios"][f"{v}/bare {measure}"] = r
-                        log(f"  {v}/bare {measure}: {describe_ratio(r)}")
+                        r = ratio_spread([x[measure] for x in runs[v]], [x[measure] for x in runs[floor]])
+                        size["ratios"][f"{v}/{floor} {measure}"] = r
+                        log(f"  {v}/{floor} {measure}: {describe_ratio(r)}")
             if "commit-botocore" in variants:  # the CRT path against the botocore lean path it replaces
                 for v in variants:
                     if v.startswith("commit") and v != "commit-botocore":
@@ -314,9 +412,15 @@ def main(argv: list[str] | None = None) -> None:
     cpu = sub.add_parser("cpu")
     cpu.add_argument("--files", type=int, nargs="+", default=[10_000])
     cpu.add_argument("--repeats", type=int, default=10)
-    cpu.add_argument("--variants", nargs="+", default=["commit", "bare"])
-    cpu.add_argument("--network", choices=("raw", "s3"), default="raw",
-                     help="raw: straight to the stub; s3: through the S3-like network (bench/s3_network.py)")
+    cpu.add_argument("--variants", nargs="+", default=["commit", "bare-crt"])
+    cpu.add_argument("--network", choices=("raw", "s3", "s3-cold", "s3-2026-11"), default="raw",
+                     help="raw: straight to the stub; s3: through the S3-like network (bench/s3_network.py); "
+                          "s3-cold: the same with the whole bucket one partition (3,500 writes/s in all)")
+    cpu.add_argument("--records", default=None, help="directory of the raw records (default bench/results)")
+    cpu.add_argument("--write-rate", type=float, default=0,
+                     help="override the rate limit's writes/s per partition (a stress case below S3's 3,500)")
+    cpu.add_argument("--threads", type=int, default=THREADS,
+                     help=f"commit threads and the loops' threads (default {THREADS}, the commit's default)")
     cpu.add_argument("--out", default="commit_scale")
     mem = sub.add_parser("memory")
     mem.add_argument("--files", type=int, nargs="+", default=[1_000, 10_000, 100_000])
@@ -332,6 +436,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.cmd == "memory-one":
         print(json.dumps(run_memory_one(args.files, args.parts, args.processes, trace=not args.no_trace)))
         return
+    if args.cmd == "cpu" and args.threads != THREADS:
+        globals()["THREADS"] = args.threads
     data = run_cpu(args) if args.cmd == "cpu" else run_memory(args)
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     (RESULTS_DIR / f"{args.out}.json").write_text(json.dumps(data, indent=1, default=str))

@@ -11,14 +11,20 @@ mixed JSON Lines), and compacts fresh copies of each with both variants, in ABBA
 
 * ``multipart``: ``mpcommit.compaction.compact`` -- large sources copied server-side (UploadPartCopy), small
   ones fetched and packed, committed as a job (journal, completes, ETag-pinned source deletes).
-* ``rewrite``: what a plain compaction job does -- download every source, concatenate (JSON: newline-fixed;
-  Parquet: read and rewrite through pyarrow), upload the result (multipart, 8 MiB parts), delete the sources.
+* ``rewrite-equal``: download-and-rewrite **on the merge's footing**: the same bins (mpcommit's own planner, Hive's
+  rule: as many output files as the merge writes), as many bins at once (4), as many requests in flight as the
+  merge's pools allow (32 part threads + 64 copy threads = 96) on as many connections (128); each bin's sources
+  downloaded, concatenated (JSON: newline-fixed; Parquet: read and rewritten through pyarrow) and uploaded in
+  8 MiB parts, then the sources deleted in pages of 1,000.
+* ``rewrite``: the baseline as it was until issue 25 (one output file, 8 connections, phases one after another):
+  kept, labelled, because the history's figures were measured against it; not an equal footing.
 
 Both run through boto3 clients instrumented the same way: every request is counted by operation, and the
 bytes that cross the client are summed (request bodies out, response bodies in, from Content-Length). Times
 are wall-clock medians; ratios are medians of per-repeat ratios with their range and a bootstrap interval.
 ``--network s3`` puts the S3-like network (``bench/s3_network.py``, profile ``s3``) in front of the server.
-Results, with the machine and the date, go to ``bench/results/compaction.md``.
+Results, with the machine and the date, go to ``bench/results/compaction.md``; one JSON line per run (server and
+proxy CPU included) to ``bench/results/compaction.jsonl`` (``--records DIR`` elsewhere).
 """
 
 from __future__ import annotations
@@ -117,6 +123,7 @@ class Server:
     endpoint: str
     description: str
     stop: Callable[[], None]
+    pid: int | None = None
 
 
 def start_server(kind: str) -> Server:
@@ -138,7 +145,12 @@ def start_server(kind: str) -> Server:
                        stdin=subprocess.DEVNULL)
         shutil.rmtree(REPO / "localstack" / "state" / str(port), ignore_errors=True)
 
-    return Server(start.stdout.strip().splitlines()[-1], "LocalStack 4.13.1 (host mode, S3 only, separate process)", stop)
+    try:
+        pid: int | None = int((REPO / "localstack" / "state" / str(port) / "pid").read_text().strip())
+    except (OSError, ValueError):
+        pid = None
+    return Server(start.stdout.strip().splitlines()[-1], "LocalStack 4.13.1 (host mode, S3 only, separate process)", stop,
+                  pid)
 
 
 def _free_port() -> int:
@@ -197,12 +209,15 @@ class Dataset:
         return sum(len(v) for v in self.files.values() if len(v) >= 5 * MiB)
 
 
-def gib_dataset() -> Dataset:
-    """About a gigabyte of JSON Lines: 70 files of 6-16 MiB and 700 of 10-400 KiB (four bins of Hive's 256 MB)."""
-    files = {f"l{i:03d}.json": json_lines_fast(random.Random(1000 + i).randint(6, 16) * MiB, 1000 + i) for i in range(70)}
-    files.update({f"s{i:03d}.json": json_lines_fast(random.Random(5000 + i).randint(10, 400) * 1024, 5000 + i)
-                  for i in range(700)})
-    return Dataset("json-mixed-gib", "JSON Lines: 70 files of 6-16 MiB and 700 of 10-400 KiB", files, "json")
+def gib_dataset(scale: int = 1) -> Dataset:
+    """About ``scale`` gigabytes of JSON Lines: 70 files of 6-16 MiB and 700 of 10-400 KiB per gigabyte (four bins
+    of Hive's 256 MB per gigabyte)."""
+    large, small = 70 * scale, 700 * scale
+    files = {f"l{i:04d}.json": json_lines_fast(random.Random(1000 + i).randint(6, 16) * MiB, 1000 + i) for i in range(large)}
+    files.update({f"s{i:04d}.json": json_lines_fast(random.Random(5000 + i).randint(10, 400) * 1024, 5000 + i)
+                  for i in range(small)})
+    name = "json-mixed-gib" if scale == 1 else f"json-mixed-{scale}gib"
+    return Dataset(name, f"JSON Lines: {large} files of 6-16 MiB and {small} of 10-400 KiB", files, "json")
 
 
 def datasets(scale: float) -> list[Dataset]:
@@ -296,6 +311,72 @@ def run_rewrite(endpoint: str, bucket: str, prefix: str, ds: Dataset, threads: i
     return Run("rewrite", ds.name, seconds, meter.requests, meter.through_client, ds.size, True)
 
 
+#: The merge's footing (mpcommit.compaction defaults): bins merged at once, requests in flight (part threads +
+#: copy threads), connections of its client (run_multipart).
+EQUAL_BIN_THREADS = 4
+EQUAL_THREADS = 32 + 64
+EQUAL_CONNECTIONS = 128
+
+
+def run_rewrite_equal(endpoint: str, bucket: str, prefix: str, ds: Dataset, *, threads: int = EQUAL_THREADS,
+                      bin_threads: int = EQUAL_BIN_THREADS, connections: int = EQUAL_CONNECTIONS,
+                      policy: Any = None) -> Run:
+    """Download-and-rewrite on the merge's footing: the merge's bins (its own planner), ``bin_threads`` bins at
+    once, every download and part upload of every bin on one pool of ``threads`` threads, ``connections``
+    connections; then the sources deleted in pages of 1,000."""
+    from mpcommit.compaction.planner import Candidate, MergePolicy, plan_bins
+
+    meter = Meter()
+    client = make_client(endpoint, meter, connections=connections)
+    t0 = time.perf_counter()
+    listed = [(o["Key"], o["Size"]) for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/")
+              for o in page.get("Contents", [])]
+    bins = plan_bins([Candidate(key, size, partition="", group=ds.kind) for key, size in listed], policy or MergePolicy())
+    timings: dict[str, float] = {"plan": time.perf_counter() - t0}
+    requests = ThreadPoolExecutor(threads, thread_name_prefix="rewrite-req")
+
+    def one_bin(n_bin: tuple[int, Any]) -> None:
+        n, b = n_bin
+        bodies = list(requests.map(lambda k: client.get_object(Bucket=bucket, Key=k)["Body"].read(), b.keys))
+        if ds.kind == "json":
+            merged = b"".join(x if x.endswith(b"\n") or not x else x + b"\n" for x in bodies)
+        else:
+            table = pa.concat_tables([pq.read_table(pa.BufferReader(x)) for x in bodies])
+            sink = io.BytesIO()
+            pq.write_table(table, sink, compression="none", row_group_size=1 << 20)
+            merged = sink.getvalue()
+        del bodies
+        out = f"{prefix}/merged-{n:04d}.{ds.kind}"
+        upload = client.create_multipart_upload(Bucket=bucket, Key=out)["UploadId"]
+        view = memoryview(merged)
+
+        def part(i: int) -> dict[str, Any]:
+            etag = client.upload_part(Bucket=bucket, Key=out, UploadId=upload, PartNumber=i,
+                                      Body=bytes(view[(i - 1) * PART: i * PART]))["ETag"]
+            return {"PartNumber": i, "ETag": etag}
+
+        parts = list(requests.map(part, range(1, -(-len(merged) // PART) + 1)))
+        client.complete_multipart_upload(Bucket=bucket, Key=out, UploadId=upload, MultipartUpload={"Parts": parts})
+
+    try:
+        with ThreadPoolExecutor(bin_threads, thread_name_prefix="rewrite-bin") as pool:
+            list(pool.map(one_bin, enumerate(bins)))
+        timings["merge"] = time.perf_counter() - t0 - timings["plan"]
+        t = time.perf_counter()
+        merged_keys = [k for b in bins for k in b.keys]
+        pages = [merged_keys[i: i + 1000] for i in range(0, len(merged_keys), 1000)]
+        list(requests.map(lambda page: client.delete_objects(
+            Bucket=bucket, Delete={"Objects": [{"Key": k} for k in page], "Quiet": True}), pages))
+        timings["delete"] = time.perf_counter() - t
+    finally:
+        requests.shutdown(wait=True)
+    seconds = time.perf_counter() - t0
+    run = Run("rewrite-equal", ds.name, seconds, meter.requests, meter.through_client, ds.size, True)
+    run.outputs = len(bins)
+    run.timings = timings
+    return run
+
+
 def verify(client: Any, bucket: str, prefix: str, ds: Dataset, expected: Any) -> bool:
     """The merged prefix holds exactly the sources' rows (checked outside the timed section)."""
     keys = [o["Key"] for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/")
@@ -361,10 +442,17 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated: json-mixed, json-large, parquet-mixed, json-mixed-gib")
     ap.add_argument("--network", choices=("none", "s3"), default="none",
                     help="s3: put the S3-like network (bench/s3_network.py, profile s3) in front of the server")
-    ap.add_argument("--rewrite-threads", type=int, default=8, help="connections of the download-and-rewrite baseline")
+    ap.add_argument("--rewrite-threads", type=int, default=8, help="connections of the old rewrite baseline (rewrite)")
+    ap.add_argument("--variants", default="multipart,rewrite-equal",
+                    help="comma-separated: multipart, rewrite-equal (the merge's footing), rewrite (the old baseline)")
+    ap.add_argument("--allow-few-repeats", action="store_true", help="allow --repeats below 5 (smoke runs only)")
+    ap.add_argument("--records", default=None, help="directory of the raw records (default bench/results)")
     args = ap.parse_args(argv)
-    if args.repeats < 5:
-        ap.error("--repeats must be at least 5 (medians over fewer runs are noise)")
+    if args.repeats < 5 and not args.allow_few_repeats:
+        ap.error("--repeats must be at least 5 (medians over fewer runs are noise); --allow-few-repeats for a smoke run")
+    variants = tuple(v.strip() for v in args.variants.split(",") if v.strip())
+    if set(variants) - {"multipart", "rewrite-equal", "rewrite"}:
+        ap.error(f"unknown variants in {args.variants!r}")
 
     info = machine()
     if args.endpoint:
@@ -377,22 +465,36 @@ def main(argv: list[str] | None = None) -> int:
 
         net = S3Network(server.endpoint, S3_LIKE).start()
         stop_server = server.stop
+        server_pid = server.pid
 
         def stop_both() -> None:
             net.stop()
             stop_server()
 
         server = Server(net.endpoint_url, f"{server.description}, through the S3-like network ({S3_LIKE.describe()})",
-                        stop_both)
+                        stop_both, server_pid)
     try:
         client = make_client(server.endpoint)
         bucket = f"bench-compaction-{random.Random().getrandbits(40):010x}"
         client.create_bucket(Bucket=bucket)
         runs: list[Run] = []
         wanted = [n.strip() for n in args.datasets.split(",") if n.strip()]
-        known = {d.name: d for d in datasets(args.scale)} if set(wanted) - {"json-mixed-gib"} else {}
+        known = {d.name: d for d in datasets(args.scale)} if set(wanted) - {"json-mixed-gib", "json-mixed-2gib"} else {}
         if "json-mixed-gib" in wanted:
             known["json-mixed-gib"] = gib_dataset()
+        if "json-mixed-2gib" in wanted:
+            known["json-mixed-2gib"] = gib_dataset(2)
+        from bench.records import RecordLog
+        from bench.common import server_cpu_seconds
+
+        records = RecordLog("compaction", directory=args.records, network=args.network,
+                            profile=S3_LIKE.to_json() if args.network == "s3" else None, server=server.description,
+                            footing={"rewrite-equal": {"bins_at_once": EQUAL_BIN_THREADS, "threads": EQUAL_THREADS,
+                                                       "connections": EQUAL_CONNECTIONS},
+                                     "multipart": {"bins_at_once": 4, "part_threads": 32, "copy_threads": 64,
+                                                   "connections": 128},
+                                     "rewrite": {"threads": args.rewrite_threads, "connections": max(32, args.rewrite_threads),
+                                                 "outputs": 1}})
         unknown = [n for n in wanted if n not in known]
         if unknown:
             ap.error(f"unknown datasets {unknown}")
@@ -405,24 +507,41 @@ def main(argv: list[str] | None = None) -> int:
                 list(pool.map(lambda kv: direct.put_object(Bucket=bucket, Key=f"src/{ds.name}/{kv[0]}", Body=kv[1]),
                               ds.files.items()))
             expected = expected_rows(ds)
-            for r, variant in abba(("multipart", "rewrite"), args.repeats):
+            for r, variant in abba(variants, args.repeats):
                 prefix = f"run/{ds.name}/{variant}-{r}"
                 with ThreadPoolExecutor(8) as pool:  # a fresh copy, server-side, outside the timed section
                     list(pool.map(lambda name: direct.copy_object(
                         Bucket=bucket, Key=f"{prefix}/{name}", CopySource={"Bucket": bucket, "Key": f"src/{ds.name}/{name}"}),
                         ds.files))
+                proxy_cpu = server_cpu = None
                 if args.network == "s3":
                     net.reset()
+                    p0 = net.stats()["cpu_seconds"]
+                s0 = server_cpu_seconds(server.pid)
+                c0 = time.process_time()
                 if variant == "multipart":
                     result = run_multipart(server.endpoint, bucket, prefix, ds)
+                elif variant == "rewrite-equal":
+                    result = run_rewrite_equal(server.endpoint, bucket, prefix, ds)
                 else:
                     result = run_rewrite(server.endpoint, bucket, prefix, ds, args.rewrite_threads)
+                client_cpu = time.process_time() - c0
+                server_cpu = server_cpu_seconds(server.pid) - s0
+                throttled = 0
                 if args.network == "s3":
                     totals = net.stats()
                     result.late = totals["totals"]["late"] / max(1, totals["totals"]["requests"])
                     result.max_in_flight = int(totals["max_in_flight"])
+                    proxy_cpu = totals["cpu_seconds"] - p0
+                    throttled = int(totals["totals"].get("throttled", 0))
                 result.rows_ok = verify(direct, bucket, prefix, ds, expected)
                 runs.append(result)
+                records.run(variant=variant, dataset=ds.name, pair=r, seconds=result.seconds, data_bytes=ds.size,
+                            sources=len(ds.files), outputs=result.outputs, requests=dict(result.requests),
+                            requests_total=result.request_total, through_client=result.through_client,
+                            copied=result.copied, rows_ok=result.rows_ok, timings=result.timings, late=result.late,
+                            max_in_flight=result.max_in_flight, client_cpu_s=client_cpu, server_cpu_s=server_cpu,
+                            proxy_cpu_s=proxy_cpu, throttled=throttled, load=os.getloadavg()[0])
                 log(f"  {variant:9s} #{r}: {result.seconds:6.2f} s, {result.request_total:4d} requests, "
                     f"{result.through_client / MiB:7.2f} MiB through the client, rows ok: {result.rows_ok}"
                     + (f", phases {result.timings}" if result.timings else "")
@@ -466,37 +585,42 @@ def report(args: argparse.Namespace, info: dict[str, str], server: str, sets: li
               "| dataset | variant | time (s) | requests | through the client (MiB) | through the client / data | rows exact |",
               "|---|---|---:|---:|---:|---:|---|"]
     summary: dict[tuple[str, str], dict[str, float]] = {}
+    present = [v for v in ("multipart", "rewrite-equal", "rewrite") if any(r.variant == v for r in runs)]
     for ds in sets:
-        for variant in ("multipart", "rewrite"):
+        for variant in present:
             rs = [r for r in runs if r.dataset == ds.name and r.variant == variant]
             s = {"time": _median([r.seconds for r in rs]), "requests": _median([r.request_total for r in rs]),
                  "bytes": _median([r.through_client for r in rs])}
             summary[(ds.name, variant)] = s
             lines.append(f"| {ds.name} | {variant} | {s['time']:.2f} | {s['requests']:.0f} | {s['bytes'] / MiB:.2f} | "
                          f"{s['bytes'] / ds.size:.2%} | {'yes' if all(r.rows_ok for r in rs) else 'NO'} |")
-    lines += ["", "## Ratios (multipart / rewrite)", "",
+    lines += ["", "## Ratios (multipart / each rewrite)", "",
               "Time: the median of per-repeat ratios (each repeat's two runs back to back, ABBA order), its 95% "
               "bootstrap interval and range, and the ratio of the medians. Below 1.0x the merge is faster; the "
               "speed-up is the inverse.", "",
-              "| dataset | time | time, with spread | speed-up (rewrite / merge) | requests | bytes through the client |",
-              "|---|---:|---|---:|---:|---:|"]
+              "| dataset | against | time | time, with spread | speed-up (rewrite / merge) | requests | bytes through the client |",
+              "|---|---|---:|---|---:|---:|---:|"]
     for ds in sets:
-        m, w = summary[(ds.name, "multipart")], summary[(ds.name, "rewrite")]
-        mt = [r.seconds for r in runs if r.dataset == ds.name and r.variant == "multipart"]
-        wt = [r.seconds for r in runs if r.dataset == ds.name and r.variant == "rewrite"]
-        spread = ratio_spread(mt, wt)
-        # The second column stays a bare number: bench/report_network.py reads it for the headline table.
-        lines.append(f"| {ds.name} | {spread['paired']:.2f} | {describe_ratio(spread)} | {1 / spread['paired']:.2f}x | "
-                     f"{m['requests'] / w['requests']:.2f} | {m['bytes'] / w['bytes']:.4f} |")
+        if "multipart" not in present:
+            break
+        for base in (v for v in present if v != "multipart"):
+            m, w = summary[(ds.name, "multipart")], summary[(ds.name, base)]
+            mt = [r.seconds for r in runs if r.dataset == ds.name and r.variant == "multipart"]
+            wt = [r.seconds for r in runs if r.dataset == ds.name and r.variant == base]
+            spread = ratio_spread(mt, wt)
+            lines.append(f"| {ds.name} | {base} | {spread['paired']:.2f} | {describe_ratio(spread)} | "
+                         f"{1 / spread['paired']:.2f}x | {m['requests'] / w['requests']:.2f} | {m['bytes'] / w['bytes']:.4f} |")
     lines += ["", "## The merge's phases (medians, seconds)", "", "| dataset | plan | merge | verify | commit | total |",
               "|---|---:|---:|---:|---:|---:|"]
     for ds in sets:
         rs = [r for r in runs if r.dataset == ds.name and r.variant == "multipart"]
+        if not rs:
+            continue
         cells = [f"{_median([r.timings.get(k, 0.0) for r in rs]):.2f}" for k in ("plan", "merge", "verify", "commit", "total")]
         lines.append(f"| {ds.name} ({rs[0].outputs} merged files) | " + " | ".join(cells) + " |")
     lines += ["", "## Requests by operation (median run of each)", ""]
     for ds in sets:
-        for variant in ("multipart", "rewrite"):
+        for variant in present:
             rs = sorted((r for r in runs if r.dataset == ds.name and r.variant == variant), key=lambda r: r.seconds)
             mid = rs[len(rs) // 2]
             ops = ", ".join(f"{op} {n}" for op, n in sorted(mid.requests.items()))

@@ -208,7 +208,7 @@ def measure(endpoint: str, variant: str, size: int, repeat: int, *, trace: bool 
 
 
 def run(endpoint: str, *, size: int = 1 * GiB, repeats: int = 5, variants: tuple[str, ...] = VARIANTS,
-        trace_size: int = 256 * MiB, schedule: Any = interleaved) -> dict[str, Any]:
+        trace_size: int = 256 * MiB, schedule: Any = interleaved, records: Any = None) -> dict[str, Any]:
     cleaner = make_client(endpoint)
     ensure_bucket(cleaner, BUCKET)
     runs = []
@@ -219,11 +219,15 @@ def run(endpoint: str, *, size: int = 1 * GiB, repeats: int = 5, variants: tuple
             t = measure(endpoint, v, min(size, trace_size), -1, trace=True)
             empty_prefix(cleaner, BUCKET, "w/")
             traced.append(t)
+            if records is not None:
+                records.run(variant=v, pair=-1, size=min(size, trace_size), **{k: x for k, x in t.items() if k not in ("repeat", "variant")})
             log(f"writer: {v:<10} traced: Python heap peak {human_bytes(t['traced_peak'])}, RSS peak +{human_bytes(t['peak'])}")
     for repeat, variant in schedule(variants, repeats):
         r = measure(endpoint, variant, size, repeat)
         empty_prefix(cleaner, BUCKET, "w/")
         runs.append(r)
+        if records is not None:
+            records.run(pair=repeat, size=size, **{k: x for k, x in r.items() if k != "repeat"})
         log(f"writer: {variant:<10} r{repeat}: {size / r['seconds'] / MiB:7.1f} MiB/s, peak +{human_bytes(r['peak'])} "
             f"(sampled +{human_bytes(r['peak_sampled'])}), load {r['load']:.1f}")
     return {"scenario": "writer", "size": size, "repeats": repeats, "variants": list(variants), "runs": runs,
@@ -322,6 +326,7 @@ def main() -> None:
     p.add_argument("--variants", default=",".join(DEPTH_VARIANTS))
     p.add_argument("--backend", default="moto")
     p.add_argument("--name", default="writer_depth")
+    p.add_argument("--records", default=None, help="directory of the raw records (default bench/results)")
     a = p.parse_args()
     if a.child:
         print(json.dumps(child(a.child, a.endpoint, a.key, a.size, trace=a.trace)))
@@ -329,9 +334,14 @@ def main() -> None:
     # Standalone (issue 12 item 4): ABBA over the variants, on its own server, raw or through the S3-like network.
     from .common import abba, machine_description, save_json, start_server
 
+    from .records import RecordLog
+    from .s3_network import S3_LIKE
+
     size = a.size or 512 * MiB
     variants = tuple(a.variants.split(","))
     with start_server(a.backend) as server:
+        records = RecordLog("writer", directory=a.records, network=a.network, server=server.version,
+                            profile=S3_LIKE.to_json() if a.network == "s3" else None)
         meta = {"machine": machine_description(server), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                 "command": " ".join(sys.argv)}
         if a.network == "s3":
@@ -339,10 +349,10 @@ def main() -> None:
 
             with S3Network(server.endpoint_url, S3_LIKE) as net:
                 data = run(net.endpoint_url, size=size, repeats=a.repeats, variants=variants, trace_size=64 * MiB,
-                           schedule=abba)
+                           schedule=abba, records=records)
         else:
             data = run(server.endpoint_url, size=size, repeats=a.repeats, variants=variants, trace_size=64 * MiB,
-                       schedule=abba)
+                       schedule=abba, records=records)
     data["meta"], data["network"] = meta, a.network
     save_json(f"{a.name}.{a.network}", data)
     print(markdown(data))

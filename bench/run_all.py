@@ -5,7 +5,10 @@
     python -m bench.run_all --scenarios commit --commit-sizes 100,1000 --repeats 5
     python -m bench.run_all --backend moto          # moto's server instead of LocalStack
     python -m bench.run_all --networks raw          # only on the bare loopback server (no S3-like network)
-    python -m bench.run_all --render-only           # rewrite BENCHMARKS.md from bench/results/*.json
+    python -m bench.run_all --render-only           # rewrite the report from bench/results/*.json
+
+Its report goes to bench/results/scratch/run_all.md: BENCHMARKS.md is generated from the raw records
+(``python -m bench.report_tables``; issue 25's runs: ``python -m bench.full_run``).
 
 The harness starts its own S3 server on a free loopback port and stops it at the end. With ``--networks raw,s3``
 (the default) every scenario runs twice, back to back: straight to that server ("raw") and through the S3-like
@@ -49,7 +52,10 @@ from .common import (
     start_server,
 )
 
-OUTPUT = REPO_ROOT / "BENCHMARKS.md"
+#: The all-in-one suite's own report (it predates issue 25). BENCHMARKS.md is generated from the raw records by
+#: ``python -m bench.report_tables`` (``python -m bench.full_run`` runs issue 25's set): this suite no longer
+#: overwrites it unless told to with ``--output BENCHMARKS.md``.
+OUTPUT = REPO_ROOT / "bench" / "results" / "scratch" / "run_all.md"
 PLOT = RESULTS_DIR / "commit_scaling.png"
 NETWORKS = ("raw", "s3")
 #: Through the S3-like network, protocols whose commit is sequential or copy-bound cost minutes per run: s3fs
@@ -431,7 +437,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--splice-peers", action="store_true",
                    help="rewrite only the real peers' parts of the existing report (its own section, between its markers), "
                         "from bench/results/peers*.json; the rest of the file stays as it is")
-    p.add_argument("--output", default=str(OUTPUT), help="where to write the report (default BENCHMARKS.md)")
+    p.add_argument("--output", default=str(OUTPUT),
+                   help="where to write the report (default bench/results/scratch/run_all.md)")
     p.add_argument("--note", default="", help="a sentence about the run, printed under 'Machine and run'")
     a = p.parse_args(argv)
     a.scenarios = tuple(s.strip() for s in a.scenarios.split(",") if s.strip())
@@ -473,6 +480,7 @@ def main(argv: list[str] | None = None) -> int:
         if path:
             log(f"plot: {path}")
     out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
     if args.splice_peers and out.exists():
         out.write_text(splice_peers(out.read_text(), results))
     else:

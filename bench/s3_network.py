@@ -12,8 +12,15 @@ what it costs on raw throughput. Shaping, per request:
 
 - the answer's first byte leaves no earlier than ``latency(operation)`` after the request's last byte arrived
   (a floor, not an addition: the local server's own time counts only where it is longer; such answers are
-  counted as ``late``). Server-side copies take ``latency + bytes copied / copy_rate``;
-- request and response bodies move at most at ``bandwidth`` bytes/s per connection, each way.
+  counted as ``late``). Server-side copies take ``latency + bytes copied / copy_rate``; a multi-key request
+  (DeleteObjects) takes ``latency + keys x per_key``;
+- request and response bodies move at most at ``bandwidth`` bytes/s per connection, each way;
+- with a :class:`ThrottleRule`, requests beyond a partition's rate are answered ``503 SlowDown`` by the proxy,
+  never reaching the server, as S3 answers them before doing anything: writes (PUT, POST, DELETE, and one per
+  key of a DeleteObjects) and reads (GET, HEAD) each draw from a token bucket per partitioned prefix.
+
+Every parameter of the profiles below, and where its figure comes from, is in :data:`SOURCES` (BENCHMARKS.md
+prints that table from it).
 
 Counting, per operation: requests, request and response body bytes, bytes copied server-side (the copy-source
 range, or an unsigned HEAD of the copy source when the request names no range), error answers, late answers.
@@ -33,6 +40,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import html
 import json
 import os
 import re
@@ -54,7 +63,8 @@ if str(REPO_ROOT) not in sys.path:  # run as a script or as a subprocess from el
 
 from tests.support.fault_proxy import classify  # noqa: E402 - the one S3 operation classifier of the project
 
-__all__ = ["NONE", "S3_LIKE", "NetworkProfile", "S3Network", "parse_rate", "parse_seconds", "per_file"]
+__all__ = ["LEGACY_2026_11", "NONE", "S3_COLD", "S3_LIKE", "SOURCES", "NetworkProfile", "S3Network", "ThrottleRule",
+           "TokenBuckets", "delete_keys", "parse_rate", "parse_seconds", "partition_of", "per_file", "request_tokens"]
 
 CONTROL_PREFIX = "/__proxy/"
 CHUNK = 256 * 1024
@@ -63,64 +73,181 @@ COPY_OPERATIONS = ("CopyObject", "UploadPartCopy")
 
 # ---------------------------------------------------------------- the shaping
 @dataclass(frozen=True)
+class ThrottleRule:
+    """S3's request-rate limit as the proxy applies it: a token bucket per partition and kind of request.
+
+    ``write_rate`` and ``read_rate`` are requests per second per partition (S3: "at least 3,500
+    PUT/COPY/POST/DELETE or 5,500 GET/HEAD requests per second per partitioned Amazon S3 prefix"); a bucket
+    holds ``burst_seconds`` of its rate and starts full. ``partition_depth`` says which keys share a
+    partition: ``None`` gives every "directory" (the key up to its last ``/``) its own, which is S3 once it has
+    split a busy table's prefixes; ``0`` puts the whole bucket in one partition, which is a new (cold) bucket
+    or prefix before S3 has split it; ``k`` the first ``k`` segments of the directory."""
+
+    write_rate: float = 3500.0
+    read_rate: float = 5500.0
+    burst_seconds: float = 1.0
+    partition_depth: int | None = None
+
+    def rate(self, kind: str) -> float:
+        return self.write_rate if kind == "write" else self.read_rate
+
+    def to_json(self) -> dict[str, Any]:
+        return {"write_rate": self.write_rate, "read_rate": self.read_rate, "burst_seconds": self.burst_seconds,
+                "partition_depth": self.partition_depth}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "ThrottleRule":
+        depth = data.get("partition_depth")
+        return cls(write_rate=float(data.get("write_rate", 3500.0)), read_rate=float(data.get("read_rate", 5500.0)),
+                   burst_seconds=float(data.get("burst_seconds", 1.0)),
+                   partition_depth=None if depth is None else int(depth))
+
+    def describe(self) -> str:
+        where = ("per directory prefix" if self.partition_depth is None else
+                 "for the whole bucket (one cold partition)" if self.partition_depth == 0 else
+                 f"per prefix of {self.partition_depth} path segment(s)")
+        return (f"503 SlowDown beyond {self.write_rate:,.0f} writes/s and {self.read_rate:,.0f} reads/s {where} "
+                f"(token buckets of {self.burst_seconds:g} s; each key of a DeleteObjects is a write)")
+
+
+@dataclass(frozen=True)
 class NetworkProfile:
     """Latency per S3 operation (seconds; ``default`` for the others), a per-connection bandwidth cap (bytes/s
-    each way, ``None`` for none) and the rate of server-side copies (bytes/s, added to a copy's latency)."""
+    each way, ``None`` for none), the rate of server-side copies (bytes/s, added to a copy's latency), a
+    per-key latency for multi-key requests (seconds per key, by operation) and an optional request-rate limit."""
 
     name: str
     default: float = 0.0
     latency: Mapping[str, float] = field(default_factory=dict)
     bandwidth: float | None = None
     copy_rate: float | None = None
+    per_key: Mapping[str, float] = field(default_factory=dict)
+    throttle: ThrottleRule | None = None
 
-    def latency_for(self, op: str, copied: int = 0) -> float:
+    def latency_for(self, op: str, copied: int = 0, keys: int = 0) -> float:
+        """How long S3 takes to answer ``op``: its latency, plus ``copied / copy_rate`` for a server-side copy,
+        plus ``keys x per_key`` for a multi-key request."""
         base = self.latency.get(op, self.default)
         if op in COPY_OPERATIONS and self.copy_rate and copied:
             base += copied / self.copy_rate
+        if keys and op in self.per_key:
+            base += keys * self.per_key[op]
         return base
 
     @property
     def shaped(self) -> bool:
-        return bool(self.default or any(self.latency.values()) or self.bandwidth)
+        return bool(self.default or any(self.latency.values()) or self.bandwidth or self.throttle)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "default": self.default, "latency": dict(self.latency),
-                "bandwidth": self.bandwidth, "copy_rate": self.copy_rate}
+                "bandwidth": self.bandwidth, "copy_rate": self.copy_rate, "per_key": dict(self.per_key),
+                "throttle": self.throttle.to_json() if self.throttle else None}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "NetworkProfile":
         return cls(name=str(data.get("name", "custom")), default=float(data.get("default", 0.0)),
                    latency={str(k): float(v) for k, v in (data.get("latency") or {}).items()},
                    bandwidth=float(data["bandwidth"]) if data.get("bandwidth") else None,
-                   copy_rate=float(data["copy_rate"]) if data.get("copy_rate") else None)
+                   copy_rate=float(data["copy_rate"]) if data.get("copy_rate") else None,
+                   per_key={str(k): float(v) for k, v in (data.get("per_key") or {}).items()},
+                   throttle=ThrottleRule.from_json(data["throttle"]) if data.get("throttle") else None)
 
     def describe(self) -> str:
         if not self.shaped:
             return "no added latency, no bandwidth cap"
         parts = [f"{self.default * 1000:.0f} ms to first byte for every request"]
-        special = ", ".join(f"{op} {s * 1000:.0f} ms" for op, s in sorted(self.latency.items(), key=lambda kv: -kv[1]))
+        special = []
+        for op, s in sorted(self.latency.items(), key=lambda kv: -kv[1]):
+            extra = f" + {self.per_key[op] * 1000:g} ms per key" if op in self.per_key else ""
+            special.append(f"{op} {s * 1000:.0f} ms{extra}")
         if special:
-            parts[0] += f" except {special}"
+            parts[0] += " except " + ", ".join(special)
         if self.copy_rate:
             parts.append(f"server-side copies also take size / {self.copy_rate / 1e6:.0f} MB/s")
         if self.bandwidth:
             parts.append(f"bodies at most {self.bandwidth / 1e6:.0f} MB/s per connection each way")
+        if self.throttle:
+            parts.append(self.throttle.describe())
         return "; ".join(parts)
 
 
 #: No shaping: the proxy only forwards and counts (used to measure its own cost).
 NONE = NetworkProfile("none")
 
-#: S3 in the same region as the client (see BENCHMARKS.md, "The S3-like network", for the sources and which
-#: figures are assumptions). The latencies are the same as those of the projection model in bench/common.py.
+#: S3 in the same region as the client, with its request-rate limit per partitioned prefix. Every figure and its
+#: source: :data:`SOURCES`. The latencies are the projection model's (bench/common.py) except DeleteObjects.
 S3_LIKE = NetworkProfile(
     "s3",
+    default=0.030,
+    latency={"CompleteMultipartUpload": 0.080, "DeleteObjects": 0.040, "CopyObject": 0.050, "UploadPartCopy": 0.050},
+    bandwidth=85e6,
+    copy_rate=8e6,
+    per_key={"DeleteObjects": 0.001},
+    throttle=ThrottleRule(),
+)
+
+#: The same network with the whole bucket in one partition, as a new table's keys are until S3 splits them:
+#: 3,500 writes/s for the whole job rather than per directory. The case where a commit meets 503s.
+S3_COLD = dataclasses.replace(S3_LIKE, name="s3-cold", throttle=ThrottleRule(partition_depth=0))
+
+#: The profile BENCHMARKS.md's history was measured with (until 2026-11-24): DeleteObjects a flat 300 ms
+#: whatever its keys, no request-rate limit. Kept so that those figures can be reproduced, not for new ones.
+LEGACY_2026_11 = NetworkProfile(
+    "s3-2026-11",
     default=0.030,
     latency={"CompleteMultipartUpload": 0.080, "DeleteObjects": 0.300, "CopyObject": 0.050, "UploadPartCopy": 0.050},
     bandwidth=85e6,
     copy_rate=8e6,
 )
-PROFILES = {"none": NONE, "s3": S3_LIKE}
+PROFILES = {"none": NONE, "s3": S3_LIKE, "s3-cold": S3_COLD, "s3-2026-11": LEGACY_2026_11}
+
+_AWS_PERF = ("AWS, *Best practices design patterns: optimizing Amazon S3 performance* "
+             "(docs.aws.amazon.com/AmazonS3/latest/userguide/optimizing-performance.html)")
+_AWS_WHITEPAPER = ("AWS whitepaper *Best Practices Design Patterns: Optimizing Amazon S3 Performance* "
+                   "(docs.aws.amazon.com/whitepapers/latest/s3-optimizing-performance-best-practices/)")
+#: Every parameter of the ``s3`` and ``s3-cold`` profiles: (parameter, value, source). "Assumption" marks a
+#: figure no public source gives; the benchmarks state it as such.
+SOURCES: tuple[tuple[str, str, str], ...] = (
+    ("latency of every request not named below (HEAD, GET, PUT, LIST page, DELETE, Create/Abort/UploadPart)",
+     "30 ms to first byte",
+     f"{_AWS_WHITEPAPER}, 'Timeouts and Retries for Latency-Sensitive Applications': small requests' \"median "
+     "latencies are often in the tens of milliseconds\". 30 ms within that range is an **assumption** (the "
+     "projection model's figure)."),
+    ("CompleteMultipartUpload", "80 ms",
+     "**Assumption** (issue 11's figure). AWS gives no typical figure; the API reference says only that "
+     "processing \"could take several minutes\" for large uploads."),
+    ("CopyObject, UploadPartCopy", "50 ms + size / 8 MB/s",
+     "The rate is Apache Hadoop's \"measured in-S3 copy time of 6-10MB/s\" (*S3A Committers: Architecture and "
+     "Implementation*, hadoop.apache.org, a 2017 measurement, not AWS's); the 50 ms is an **assumption**."),
+    ("DeleteObjects", "40 ms + 1 ms per key",
+     "**Assumption**, the outside check's figure (issue 25). AWS publishes no latency per key; what is "
+     "documented is that S3 does per-key work: Hadoop's `BulkDelete` API (r3.5.0 javadoc) warns that \"each "
+     "object listed in a bulk delete counts against the write IOPS limit\", which is why S3A pages its deletes "
+     "by 250 (`fs.s3a.bulk.delete.page.size`). Replaces the flat 300 ms of the 2026-11 profile, which charged a "
+     "1-key and a 1,000-key delete alike."),
+    ("bandwidth per connection", "85 MB/s each way",
+     f"{_AWS_WHITEPAPER}: \"Make one concurrent request for each 85-90 MB/s of desired network throughput\"."),
+    ("write rate per partitioned prefix", "3,500 requests/s (PUT, COPY, POST, DELETE; each key of a DeleteObjects)",
+     f"{_AWS_PERF}: \"at least 3,500 PUT/COPY/POST/DELETE or 5,500 GET/HEAD requests per second per partitioned "
+     "Amazon S3 prefix\"; per key of a DeleteObjects: Hadoop's BulkDelete javadoc, above."),
+    ("read rate per partitioned prefix", "5,500 requests/s (GET, HEAD, LIST)", f"{_AWS_PERF}, as above."),
+    ("over the rate", "503 SlowDown, answered without reaching the server",
+     "AWS Knowledge Center, *Why am I getting 503 Slow Down errors from Amazon S3 when the requests are within "
+     "the supported request rate per prefix?* (repost.aws/knowledge-center/s3-503-within-request-rate-prefix): "
+     "a fast spike in a prefix's request rate may get 503 Slow Down while S3 scales in the background. Hadoop's S3A docs (performance.md, 'Throttling'): a 503 "
+     "\"is sent before any changes are made to the object store\"."),
+    ("burst", "1 s of the rate, bucket full at the start",
+     "**Assumption**: AWS documents rates, not a burst allowance."),
+    ("partition (profile `s3`)", "each directory prefix (the key up to its last `/`)",
+     f"{_AWS_PERF}: \"There are no limits to the number of prefixes in a bucket\"; the rate is per "
+     "*partitioned* prefix, which a busy, long-lived table has."),
+    ("partition (profile `s3-cold`)", "the whole bucket",
+     "AWS Knowledge Center, *How do I troubleshoot HTTP 5xx errors from Amazon S3?* (repost.aws/knowledge-center/"
+     "http-5xx-errors-s3): a new prefix gets no additional request-rate resources of its own; S3 scales by "
+     "the request pattern it sees. How long S3 takes to "
+     "split is not documented (a comment on AWS's own article says 30-60 minutes: not an AWS statement); a job "
+     "writing a new table is modelled as one partition throughout: an **assumption** at the cold end."),
+)
 
 
 def parse_seconds(text: str) -> float:
@@ -146,9 +273,10 @@ def parse_rate(text: str) -> float | None:
 #: Per operation: requests; body bytes each way; bytes copied server-side (and copies whose size could not be
 #: learnt); error answers (>= 400); the latency configured for its requests in total (``latency_seconds``), how
 #: much of it the proxy waited out (``held_seconds``) and how often the server alone took longer (``late``); the
-#: server's own time to its answer's head (``upstream_seconds``).
+#: server's own time to its answer's head (``upstream_seconds``); requests answered 503 SlowDown by the rate limit
+#: (``throttled``, also counted in ``errors``); keys named by multi-key requests (``keys``).
 OP_FIELDS = ("requests", "request_bytes", "response_bytes", "copied_bytes", "copies_unsized", "errors",
-             "latency_seconds", "held_seconds", "late", "upstream_seconds")
+             "latency_seconds", "held_seconds", "late", "upstream_seconds", "throttled", "keys")
 
 
 class Counters:
@@ -178,6 +306,7 @@ class Counters:
             for k in OP_FIELDS:
                 totals[k] += v[k]
         return {"profile": profile.to_json(), "since": self.since, "now": time.time(),
+                "cpu_seconds": time.process_time(),
                 "connections": self.connections, "max_open_connections": self.max_connections,
                 "max_in_flight": self.max_in_flight, "proxy_errors": self.proxy_errors,
                 "ops": {k: dict(v) for k, v in sorted(self.ops.items())}, "totals": totals}
@@ -187,6 +316,74 @@ def per_file(stats: Mapping[str, Any], files: int) -> dict[str, float]:
     """Requests per output file by operation, from a ``stats()`` (or ``reset()``) snapshot taken around a job
     that wrote ``files`` files: the unit in which committers' request costs are compared."""
     return {op: v["requests"] / files for op, v in stats["ops"].items()} if files else {}
+
+
+# ---------------------------------------------------------------- the request-rate limit (pure)
+_KEY = re.compile(rb"<Key>(.*?)</Key>", re.S)
+
+
+def delete_keys(body: bytes) -> list[str]:
+    """The keys a DeleteObjects request names (its XML body)."""
+    return [html.unescape(m.decode("utf-8", "replace")) for m in _KEY.findall(body)]
+
+
+def partition_of(bucket: str, key: str, depth: int | None) -> str:
+    """The partition a key's requests count against: the bucket and the key's directory (``depth=None``), or
+    only the directory's first ``depth`` segments (0: the whole bucket)."""
+    directory = key.rsplit("/", 1)[0] if "/" in key else ""
+    if depth is not None:
+        directory = "/".join(directory.split("/")[:depth]) if depth > 0 and directory else ""
+    return f"{bucket}/{directory}" if directory else bucket
+
+
+def request_tokens(method: str, op: str, path: str, query: Mapping[str, str], rule: ThrottleRule,
+                   body: bytes = b"") -> tuple[str, dict[str, int]]:
+    """What one request draws from the rate limit: its kind ("read" for GET and HEAD, else "write") and the
+    tokens per partition -- one, or for a DeleteObjects one per key, on each key's own partition."""
+    kind = "read" if method in ("GET", "HEAD") else "write"
+    bucket, _, key = path.lstrip("/").partition("/")
+    if op == "DeleteObjects":
+        tokens: dict[str, int] = {}
+        for k in delete_keys(body):
+            part = partition_of(bucket, k, rule.partition_depth)
+            tokens[part] = tokens.get(part, 0) + 1
+        return kind, tokens or {bucket: 1}
+    where = key if key else query.get("prefix", "")
+    return kind, {partition_of(bucket, where, rule.partition_depth): 1}
+
+
+class TokenBuckets:
+    """One token bucket per (kind, partition): refilled at the rule's rate, holding ``burst_seconds`` of it, full
+    when first used. A request is admitted only when every partition it touches has its tokens; a refused
+    request takes none (S3 refuses before doing anything). ``clock`` is injectable for tests."""
+
+    def __init__(self, rule: ThrottleRule, clock: Callable[[], float] = time.monotonic):
+        self.rule = rule
+        self.clock = clock
+        self.level: dict[tuple[str, str], tuple[float, float]] = {}  # (kind, partition) -> (tokens, when)
+
+    def _now_level(self, kind: str, part: str, now: float) -> float:
+        rate = self.rule.rate(kind)
+        cap = max(1.0, rate * self.rule.burst_seconds)
+        tokens, when = self.level.get((kind, part), (cap, now))
+        return min(cap, tokens + (now - when) * rate)
+
+    def capacity(self, kind: str) -> float:
+        return max(1.0, self.rule.rate(kind) * self.rule.burst_seconds)
+
+    def admit(self, kind: str, tokens: Mapping[str, int]) -> bool:
+        now = self.clock()
+        levels = {part: self._now_level(kind, part, now) for part in tokens}
+        # A request needing more than a full bucket (a 1,000-key delete at a low rate) waits for a full bucket and
+        # leaves it in debt, rather than never being admitted.
+        cap = self.capacity(kind)
+        if any(levels[part] < min(n, cap) for part, n in tokens.items()):
+            for part, level in levels.items():
+                self.level[(kind, part)] = (level, now)
+            return False
+        for part, n in tokens.items():
+            self.level[(kind, part)] = (levels[part] - n, now)
+        return True
 
 
 # ---------------------------------------------------------------- the proxy
@@ -223,6 +420,11 @@ class Proxy:
         self.host, self.port = parts.hostname, parts.port
         self.profile = profile
         self.counters = Counters()
+        self.buckets = TokenBuckets(profile.throttle) if profile.throttle else None
+
+    def set_profile(self, profile: NetworkProfile) -> None:
+        self.profile = profile
+        self.buckets = TokenBuckets(profile.throttle) if profile.throttle else None
 
     # ------------------------------------------------------------ per client connection
     async def client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -279,6 +481,18 @@ class Proxy:
             await pace_down.take(n, rate)
 
         try:
+            chunked = "chunked" in lower.get("transfer-encoding", "").lower()
+            body: bytes | None = None  # read whole here only where the request must be looked into
+            keys = 0
+            if op == "DeleteObjects" and not chunked:
+                body = await reader.readexactly(int(lower.get("content-length") or 0))
+                keys = len(delete_keys(body))
+                stats["keys"] += keys
+            buckets = self.buckets if profile.throttle else None
+            if buckets is not None and profile.throttle is not None:
+                kind, tokens = request_tokens(method, op, unquote(split.path), query, profile.throttle, body or b"")
+                if not buckets.admit(kind, tokens):
+                    return await self._slow_down(stats, profile, lower, reader, writer, body is not None, up_pace)
             sizing: asyncio.Task[int | None] | None = None
             copied = 0
             if op in COPY_OPERATIONS:
@@ -289,7 +503,11 @@ class Proxy:
                 head = _drop_header(head, "expect")
             ureader, uwriter = up
             uwriter.write(head)
-            if "chunked" in lower.get("transfer-encoding", "").lower():
+            if body is not None:
+                await up_pace(len(body))
+                uwriter.write(body)
+                stats["request_bytes"] += len(body)
+            elif chunked:
                 stats["request_bytes"] += await _relay_chunked(reader, uwriter, up_pace)
             else:
                 n = int(lower.get("content-length") or 0)
@@ -310,7 +528,7 @@ class Proxy:
                 copied = size or 0
             if status < 300:
                 stats["copied_bytes"] += copied
-            latency = profile.latency_for(op, copied)
+            latency = profile.latency_for(op, copied, keys)
             stats["latency_seconds"] += latency
             if latency:
                 wait = request_end + latency - time.monotonic()
@@ -337,6 +555,34 @@ class Proxy:
             return not close
         finally:
             c.in_flight -= 1
+
+    async def _slow_down(self, stats: dict[str, float], profile: NetworkProfile, lower: Mapping[str, str],
+                         reader: asyncio.StreamReader, writer: asyncio.StreamWriter, body_read: bool,
+                         up_pace: _Pace) -> bool:
+        """Answer 503 SlowDown as S3 does past its request rate, after the profile's round trip, without the
+        server. A body announced with ``Expect: 100-continue`` is refused unread and the connection closed (the
+        client never sends it); any other body is read and dropped, and the connection kept."""
+        t0 = time.monotonic()
+        stats["throttled"] += 1
+        stats["errors"] += 1
+        keep = True
+        if not body_read:
+            if "100-continue" in lower.get("expect", "").lower():
+                keep = False
+            elif "chunked" in lower.get("transfer-encoding", "").lower():
+                await _relay_chunked(reader, _Sink(), up_pace)
+            else:
+                await _relay_exact(reader, _Sink(), int(lower.get("content-length") or 0), up_pace)  # type: ignore[arg-type]
+        wait = t0 + profile.default - time.monotonic()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        body = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code><Message>Please reduce your '
+                b"request rate.</Message><RequestId>proxy</RequestId></Error>")
+        writer.write(b"HTTP/1.1 503 Slow Down\r\nContent-Type: application/xml\r\nx-amz-request-id: proxy\r\n"
+                     + f"Content-Length: {len(body)}\r\n".encode() + (b"" if keep else b"Connection: close\r\n")
+                     + b"\r\n" + body)
+        await writer.drain()
+        return keep
 
     def _copy_size(self, headers: Mapping[str, str]) -> tuple[int, asyncio.Task[int | None] | None]:
         rng = headers.get("x-amz-copy-source-range")
@@ -376,13 +622,15 @@ class Proxy:
         if path == "stats" and method == "GET":
             answer = self.counters.snapshot(self.profile)
         elif path == "reset" and method == "POST":
+            # Counters and the rate limit's buckets alike: each benchmark run starts from rested partitions.
             answer = self.counters.snapshot(self.profile)
             self.counters.reset()
+            self.set_profile(self.profile)
         elif path == "profile" and method == "GET":
             answer = self.profile.to_json()
         elif path == "profile" and method == "PUT":
             try:
-                self.profile = NetworkProfile.from_json(json.loads(body))
+                self.set_profile(NetworkProfile.from_json(json.loads(body)))
                 answer = self.profile.to_json()
             except (ValueError, TypeError) as exc:
                 status, answer = 400, {"error": str(exc)}
@@ -411,6 +659,16 @@ def _drop_header(head: bytes, name: str) -> bytes:
     lines = head.split(b"\r\n")
     keep = [line for line in lines[1:] if line.split(b":", 1)[0].strip().lower() != name.encode()]
     return b"\r\n".join([lines[0], *keep])
+
+
+class _Sink:
+    """A writer that drops what it is given (the body of a request refused with 503)."""
+
+    def write(self, data: bytes) -> None:
+        pass
+
+    async def drain(self) -> None:
+        pass
 
 
 async def _relay_exact(src: asyncio.StreamReader, dst: asyncio.StreamWriter, n: int, pace: _Pace) -> None:

@@ -39,7 +39,7 @@ def _bucket(backend: Backend) -> str:
 def test_profile_latency_per_operation_and_copy_rate() -> None:
     assert S3_LIKE.latency_for("HeadObject") == 0.030
     assert S3_LIKE.latency_for("CompleteMultipartUpload") == 0.080
-    assert S3_LIKE.latency_for("DeleteObjects") == 0.300
+    assert S3_LIKE.latency_for("DeleteObjects") == 0.040 and S3_LIKE.latency_for("DeleteObjects", keys=10) == pytest.approx(0.050)
     assert S3_LIKE.latency_for("CopyObject", 8_000_000) == pytest.approx(0.050 + 1.0)
     assert S3_LIKE.latency_for("UploadPartCopy", 0) == 0.050
     assert NetworkProfile.from_json(S3_LIKE.to_json()) == S3_LIKE
@@ -149,3 +149,34 @@ def test_control_api_refuses_unknown_calls(net: S3Network) -> None:
         urllib.request.urlopen(req, timeout=10)
     assert err.value.code == 400
     assert net.stats()["profile"]["name"] == "none"
+
+
+def test_answers_slow_down_past_the_rate_without_reaching_the_server(net: S3Network, _moto_backend_session: Backend) -> None:
+    from bench.s3_network import ThrottleRule
+
+    bucket = _bucket(_moto_backend_session)
+    session = boto3.session.Session(aws_access_key_id="test", aws_secret_access_key="test", region_name="us-east-1")
+    c = session.client("s3", endpoint_url=net.endpoint_url,  # no retries: every 503 is seen
+                       config=Config(s3={"addressing_style": "path"}, retries={"total_max_attempts": 1}))
+    c.put_object(Bucket=bucket, Key="t/keep", Body=b"k")
+    net.set_profile(NetworkProfile("throttle", throttle=ThrottleRule(write_rate=4, read_rate=1000, burst_seconds=1.0)))
+    codes = []
+    for i in range(8):
+        try:
+            c.put_object(Bucket=bucket, Key=f"t/k{i}", Body=b"x")
+            codes.append("ok")
+        except c.exceptions.ClientError as exc:
+            codes.append(exc.response["Error"]["Code"])
+    assert codes[:4] == ["ok"] * 4 and set(codes[4:]) <= {"SlowDown", "ok"} and codes.count("SlowDown") >= 3
+    # a large body announced with Expect: 100-continue is refused unread, and the next request still goes through
+    with pytest.raises(c.exceptions.ClientError, match="SlowDown"):
+        c.put_object(Bucket=bucket, Key="t/big", Body=b"y" * (2 * MiB))
+    assert c.head_object(Bucket=bucket, Key="t/keep")["ContentLength"] == 1  # reads have their own rate
+    ops = net.stats()["ops"]
+    assert ops["PutObject"]["throttled"] == codes.count("SlowDown") + 1
+    assert ops["PutObject"]["requests"] == 10 and ops["HeadObject"]["throttled"] == 0
+    listed = {o["Key"] for o in c.list_objects_v2(Bucket=bucket, Prefix="t/")["Contents"]}
+    assert "t/big" not in listed and len(listed) == 1 + codes.count("ok")  # refused writes never reached moto
+    time.sleep(1.1)  # refill: a delete of 3 keys draws 3 tokens, and its keys are counted
+    c.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in sorted(listed)[:3]]})
+    assert net.stats()["ops"]["DeleteObjects"]["keys"] == 3

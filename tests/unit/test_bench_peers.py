@@ -108,3 +108,56 @@ def test_the_splice_replaces_only_the_section_between_its_markers():
     twice = report_peers.splice(once + "\n## 7. Scale\n\nalso theirs\n", block, report_peers.START, report_peers.END)
     assert "first" not in twice and "second" in twice
     assert twice.count(report_peers.TITLE) == 1 and "theirs\n" in twice and twice.endswith("also theirs\n")
+
+
+def test_tuned_variants_get_hadoop_s_advised_settings_per_bucket_and_defaults_get_none():
+    from bench.bench_spark_peers import S3A_TUNING, bucket_conf, bucket_of, tuned_settings, variant_settings
+
+    magic = tuned_settings("magic-tuned")
+    assert magic["fs.s3a.committer.threads"] == "32" and magic["fs.s3a.fast.upload.buffer"] == "bytebuffer"
+    assert magic["fs.s3a.committer.magic.track.commits.in.memory.enabled"] == "true"
+    assert magic["fs.s3a.create.performance"] == "true"
+    directory = tuned_settings("directory-tuned")
+    assert "fs.s3a.fast.upload.buffer" not in directory and "fs.s3a.committer.magic.track.commits.in.memory.enabled" not in directory
+    assert tuned_settings("magic") == {} and tuned_settings("mpcommit") == {}
+    assert variant_settings("magic", "/tmp/s")["fs.s3a.committer.name"] == "magic"
+    assert "fs.s3a.committer.threads" not in variant_settings("magic", "/tmp/s")  # Hadoop's default, labelled so
+    assert variant_settings("magic-tuned", "/tmp/s")["fs.s3a.committer.threads"] == "32"
+    conf = bucket_conf(["magic-tuned", "magic", "mpcommit"])
+    assert conf[f"spark.hadoop.fs.s3a.bucket.{bucket_of('magic-tuned')}.threads.max"] == "96"
+    assert not any(bucket_of("magic") + "." in k for k in conf)
+    assert all(t["why"] and t["default"] for t in S3A_TUNING)
+    assert bucket_of("directory-tuned") == "bench-peers-directory-tuned"  # a valid bucket name (no underscores)
+
+
+def test_success_summary_keeps_what_breaks_the_job_commit_down():
+    from bench.bench_spark_peers import success_summary
+
+    body = json.dumps({"committer": "magic", "filenames": ["a"] * 100, "iostatistics": {
+        "counters": {"committer_commits_completed": 1000, "op_rename": 0},
+        "meanstatistics": {"committer_commit_job.mean": {"samples": 1, "sum": 9500},
+                           "committer_materialize_file.mean": {"samples": 1000, "sum": 76000},
+                           "op_rename.mean": {"samples": 0, "sum": 0}},
+        "maximums": {"committer_materialize_file.max": 210, "op_rename.max": -1}},
+        "diagnostics": {"fs.s3a.committer.threads": "32", "other": "x"}}).encode()
+    s = success_summary(body)
+    assert s["committer"] == "magic" and s["counters"] == {"committer_commits_completed": 1000}
+    assert s["durations_ms"] == {"committer_commit_job.mean": {"n": 1, "sum": 9500},
+                                 "committer_materialize_file.mean": {"n": 1000, "sum": 76000}}
+    assert s["maximums_ms"] == {"committer_materialize_file.max": 210}
+    assert s["diagnostics"] == {"fs.s3a.committer.threads": "32"}
+    assert success_summary(b"") == {"committer": "0 bytes", "bytes": 0}
+
+
+def test_a_run_record_states_what_was_written_and_the_time_per_operation():
+    from bench.bench_spark_peers import run_record
+
+    run = _run("mpcommit", 0, 60.0, 4.0)
+    run["proxy"]["ops"]["CompleteMultipartUpload"] = {"requests": 1000, "upstream_seconds": 5.0, "held_seconds": 75.0}
+    run["proxy"]["max_in_flight"] = 32
+    run["load_after"] = [3.0, 3.0, 3.0]
+    rec = run_record(run, shape={"rows": 10, "tasks": 4, "values": 250}, slots=2, compression="snappy",
+                     settings={"commit_threads": 32}, codec_setting="snappy")
+    assert rec["op_seconds"]["CompleteMultipartUpload"] == 80.0 and rec["requests"]["CompleteMultipartUpload"] == 1000
+    assert (rec["tasks"], rec["slots"], rec["files"], rec["compression"], rec["pair"]) == (4, 2, 1000, "snappy", 0)
+    assert rec["job_commit_s"] == 4.0 and rec["seconds"] == 60.0

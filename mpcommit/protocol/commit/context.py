@@ -38,9 +38,11 @@ class CommitContext:
     def run(self, fn: Callable[[T], R], items: Iterable[T], *, window: int | None = None,
             on_result: Callable[[T, R], bool | None] | None = None, progress: ProgressHook | None = None,
             phase: str = "", total: int | None = None) -> bool:
-        """:func:`~mpcommit.pool.run_bounded` on the inner pool (default window: two calls per thread)."""
+        """:func:`~mpcommit.pool.run_bounded` on the inner pool (default window: two calls per thread). Serial,
+        one call at a time: a failure stops the run exactly where it happened."""
         width = max(1, self.threads)
-        return run_bounded(fn, items, threads=width, executor=self.inner, window=window or 2 * width,
+        window = 1 if self.serial else (window or 2 * width)
+        return run_bounded(fn, items, threads=width, executor=self.inner, window=window,
                            on_result=on_result, progress=progress, phase=phase, total=total)
 
     def beside(self, fn: Callable[..., R], *args: Any) -> Future[R]:

@@ -1,0 +1,169 @@
+"""The raw records and the report generator (bench/records.py, bench/report_tables.py), from a fixture of raw
+records written as the benchmarks write them: compact lines, sessions, pairing, intervals, the tables and the
+splice into BENCHMARKS.md."""
+
+import json
+import math
+
+import pytest
+
+from bench import records, report_tables
+from bench.report_tables import (
+    Summary,
+    bootstrap_median_ci,
+    fmt_ratio,
+    pair_up,
+    paired_ratio,
+    regenerate,
+    render_commit_rate,
+    render_commit_scale,
+    render_driver_memory,
+    render_peers,
+    splice,
+)
+
+
+def _session(sid, *, cores=2, network="s3", **extra):
+    return {"kind": "session", "session": sid, "started": "2026-11-26 10:00:00 UTC",
+            "git": {"commit": "abc1234567", "dirty": False}, "machine": {"cpu": "AMD EPYC", "cores": cores, "memory_gib": 23.5},
+            "load": [1.0, 1.0, 1.0], "network": network, "profile": {"name": network}, **extra}
+
+
+def _write(path, lines):
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def _peer(variant, pair, seconds, job_commit, *, session="s1", files=1000, requests=3000, complete_s=None):
+    run = {"kind": "run", "session": session, "scenario": "peers", "variant": variant, "files_target": files,
+           "pair": pair, "seconds": seconds, "job_commit_s": job_commit, "files": files, "bytes": 1 << 30,
+           "rows_expected": 26843545, "tasks": 8, "slots": 8, "compression": "snappy", "pending_left": 0,
+           "requests": {"CompleteMultipartUpload": files}, "requests_total": requests, "throttled": 0,
+           "cpu": {"jvm": 50.0, "python_workers": 10.0, "driver_python": 1.0, "server": 20.0, "proxy": 4.0},
+           "op_seconds": {"CompleteMultipartUpload": complete_s if complete_s is not None else files * 0.08}}
+    if variant == "mpcommit":
+        run["mp_timings"] = {"total": job_commit, "complete": job_commit - 0.5, "validate": 0.1}
+    else:
+        run["success"] = {"committer": "magic", "counters": {"committer_commits_completed": files},
+                          "durations_ms": {"committer_commit_job.mean": {"n": 1, "sum": (job_commit - 1.0) * 1000},
+                                           "committer_materialize_file.mean": {"n": files, "sum": files * 80}}}
+    return run
+
+
+def test_compact_rounds_floats_and_drops_what_is_empty():
+    got = records.compact({"a": 1.23456789, "b": None, "c": float("nan"), "d": {}, "e": [0.1234567, 2], "f": True,
+                           "g": {"h": None, "i": 3}})
+    assert got == {"a": 1.2346, "e": [0.12346, 2], "f": True, "g": {"i": 3}}
+
+
+def test_a_record_log_writes_its_session_once_then_one_line_per_run(tmp_path):
+    log = records.RecordLog("demo", directory=tmp_path, command="python -m bench.demo", network="s3")
+    log.run(variant="a", pair=0, seconds=1.0)
+    log.run(variant="b", pair=0, seconds=2.0)
+    lines = (tmp_path / "demo.jsonl").read_text().splitlines()
+    assert [json.loads(x)["kind"] for x in lines] == ["session", "run", "run"]
+    sessions, runs = records.load([tmp_path / "demo.jsonl"])
+    (sid, meta), = sessions.items()
+    assert meta["command"] == "python -m bench.demo" and meta["network"] == "s3" and "commit" in meta["git"]
+    assert [r["session"] for r in runs] == [sid, sid] and runs[1]["seconds"] == 2.0
+    bad = _write(tmp_path / "bad.jsonl", [])
+    bad.write_text("{not json\n")
+    with pytest.raises(ValueError, match="bad.jsonl:1"):
+        records.load([bad])
+
+
+def test_the_median_interval_needs_three_values_and_holds_the_median():
+    assert bootstrap_median_ci([1.0, 2.0]) is None
+    values = [10.0, 11.0, 9.5, 10.5, 12.0, 9.0, 10.2]
+    lo, hi = bootstrap_median_ci(values)
+    assert lo <= 10.2 <= hi and 9.0 <= lo and hi <= 12.0
+    assert bootstrap_median_ci(values) == (lo, hi)  # a fixed seed: the report regenerates identically
+    s = Summary.of([3.0, None, 1.0, 2.0])
+    assert (s.median, s.n, s.lo, s.hi) == (2.0, 3, 1.0, 3.0) and s.ci is not None
+
+
+def test_runs_pair_only_within_a_session_and_round():
+    runs = [_peer("mpcommit", 0, 50, 4), _peer("magic-tuned", 0, 100, 8),
+            _peer("mpcommit", 1, 60, 4), _peer("magic-tuned", 1, 80, 8),
+            _peer("mpcommit", 2, 70, 4),  # no partner in round 2
+            _peer("magic-tuned", 0, 1000, 8, session="s2")]  # another session's round 0: not a partner
+    pairs = pair_up(runs, "mpcommit", "magic-tuned")
+    assert [(a["pair"], b["seconds"]) for a, b in pairs] == [(0, 100), (1, 80)]
+    r = paired_ratio(runs, "mpcommit", "magic-tuned", lambda x: x["seconds"])
+    assert r.n == 2 and r.median == pytest.approx((0.5 + 0.75) / 2)
+    assert fmt_ratio(r) == "0.62x (range 0.50-0.75, n=2)"
+    assert fmt_ratio(Summary.of([0.4])) == "0.40x (one pair)"
+    assert fmt_ratio(Summary.of([])) == "–"
+    assert fmt_ratio(Summary.of([0.5, 0.6, 0.55, 0.58, 0.52])).startswith("**0.55x** (95% CI ")
+
+
+def test_the_peers_table_from_raw_records(tmp_path):
+    lines = [_session("s1", tasks=8)]
+    for pair, (mp, magic) in enumerate([(50, 100), (60, 100), (45, 90), (55, 100), (52, 104)]):
+        order = [_peer("mpcommit", pair, mp, 4.0), _peer("magic-tuned", pair, magic, 11.0)]
+        lines += order if pair % 2 == 0 else order[::-1]
+        lines.append(_peer("magic", pair, magic * 1.5, 30.0, requests=9000))
+    path = _write(tmp_path / "peers.jsonl", lines)
+    sessions, runs = records.load([path])
+    text = "\n".join(render_peers(sessions, runs))
+    assert "**1,000 files, with the S3-like network (profile `s3`)**" in text
+    row = next(line for line in text.splitlines() if line.startswith("| mpcommit.spark.write | 5 |"))
+    assert "**0.50x** (95% CI 0.50-0.60, n=5)" in row  # end to end: ratios 0.5, 0.6, 0.5, 0.55, 0.5
+    assert "**0.36x**" in row  # job commit 4 / 11
+    magic = next(line for line in text.splitlines() if line.startswith("| S3A magic, Hadoop's defaults | 5 |"))
+    assert "| 9.00 |" in magic  # requests per file
+    # the breakdown: 1,000 completes of 80 ms at the proxy over S3A's 10 s commitJob: 8 in flight
+    brk = next(line for line in text.splitlines() if line.startswith("| S3A magic, tuned | 11.00 s"))
+    assert "| 10.00 s | 1,000 | 80.0 | 8.0 | 1.00 s |" in brk
+    assert "**Two cores.**" in text and "_15 runs in 1 session(s)" in text
+    shape = next(line for line in text.splitlines() if line.startswith("| mpcommit.spark.write | 26,843,545 |"))
+    assert "| 8 | 8 | 1,000 | snappy |" in shape
+
+
+def test_the_commit_scale_tables_count_failures_and_judge_the_rate(tmp_path):
+    lines = [_session("c1", threads=32)]
+    for pair in range(3):
+        lines.append({"kind": "run", "session": "c1", "variant": "commit", "files": 100000, "pair": pair,
+                      "outcome": "ok" if pair else "failed: CommitStateUnknownError: SlowDown",
+                      "wall_s": 40.0 + pair, "cpu_s": 25.0, "cpu_ms_per_file": 0.25, "completes_per_s": 2600.0 + pair,
+                      "slowdowns": 120, "retries": 120, "proxy_cpu_s": 12.0, "stub_cpu_s": 4.0})
+        lines.append({"kind": "run", "session": "c1", "variant": "bare-crt", "files": 100000, "pair": pair, "outcome": "ok",
+                      "wall_s": 40.0, "cpu_s": 20.0, "cpu_ms_per_file": 0.2, "completes_per_s": 2500.0,
+                      "slowdowns": 100, "retries": 100, "proxy_cpu_s": 12.0, "stub_cpu_s": 4.0})
+    sessions, runs = records.load([_write(tmp_path / "commit_scale.jsonl", lines)])
+    text = "\n".join(render_commit_scale(sessions, runs))
+    commit = next(line for line in text.splitlines() if line.startswith("| `Job.commit` (CRT completes) |"))
+    assert "| 3 (1 failed) |" in commit and "1.25x (range 1.25-1.25, n=2)" in commit  # CPU vs the floor, ok runs only
+    assert "failed: CommitStateUnknownError" in text
+    rate = "\n".join(render_commit_rate(sessions, runs))
+    assert "| s3 | 100,000 | 32 | 3 | 1 | 2,602 |" in rate and "**missed**" in rate  # below 3,000/s, and a failure
+
+
+def test_driver_memory_growth_is_judged_against_the_bound(tmp_path):
+    lines = [_session("m1", mode="replay")]
+    for files, rss, heap in ((10_000, 8.0, 6.0), (100_000, 40.0, 35.0), (1_000_000, 330.0, 300.0)):
+        lines.append({"kind": "run", "session": "m1", "variant": "replay-referenced", "pair": 0, "files": files,
+                      "tasks": files // 100, "inline": 0, "rss_growth_mib": rss, "heap_peak_mib": heap, "commit_s": 1.0,
+                      "sites_at_success": [{"site": "mpcommit/protocol/commit.py:289", "mib": heap / 2, "blocks": files}]})
+    sessions, runs = records.load([_write(tmp_path / "driver_memory.jsonl", lines)])
+    text = "\n".join(render_driver_memory(sessions, runs))
+    assert "10,000 -> 100,000 files: RSS +32.0 MiB, heap +29.0 MiB" in text
+    assert "10,000 -> 1,000,000 files: RSS +322.0 MiB, heap +294.0 MiB -- **over** the 100 MiB bound" in text
+    assert "| `mpcommit/protocol/commit.py:289` | 150.0 | 1,000,000 | 157 |" in text
+
+
+def test_the_splice_replaces_generated_blocks_and_nothing_else():
+    doc = "# B\n\nhand-written\n\n<!-- table:x -->\nold\n<!-- /table:x -->\n\nmore\n<!-- table:y -->\n<!-- /table:y -->\n"
+    new = regenerate(doc, {"x": ["", "| a |"], "y": ["y1"], "z": ["not in the document"]})
+    assert new == ("# B\n\nhand-written\n\n<!-- table:x -->\n\n| a |\n\n<!-- /table:x -->\n\nmore\n"
+                   "<!-- table:y -->\n\ny1\n\n<!-- /table:y -->\n")
+    assert regenerate(new, {"x": ["", "| a |"], "y": ["y1"]}) == new  # idempotent
+    with pytest.raises(ValueError, match="no <!-- /table:x -->"):
+        splice("<!-- table:x -->\n", "x", ["a"])
+
+
+def test_every_table_renders_with_no_records(tmp_path):
+    for table in report_tables.TABLES:
+        lines = report_tables.render(table, tmp_path)
+        assert lines and all(isinstance(x, str) for x in lines)
+    assert math.isclose(report_tables.median([1, 2, 3, None]), 2)
