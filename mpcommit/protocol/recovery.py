@@ -14,7 +14,7 @@ from enum import Enum
 from ..errors import JobRolledBackError, JobStateError, MpcommitError, NoSuchKeyError
 from ..modes import JobState
 from ..options import OrderSettings, S3Options
-from ..sizing import short_duration
+from ..units import short_duration
 from ..store.s3 import S3Store, store_for
 from .commit import DEFAULT_COMMIT_THREADS, CommitReport, JobCommitter
 from .inventory import JobStatus, list_jobs
