@@ -23,6 +23,7 @@ from botocore.exceptions import ClientError
 from botocore.handlers import set_list_objects_encoding_type_url
 
 from ..errors import (
+    AccessDeniedError,
     ChecksumMismatchError,
     InconsistentListingError,
     InvalidCredentialsError,
@@ -394,6 +395,8 @@ class S3Store:
             r = self._call("head_object", bucket=bucket, key=key, Bucket=bucket, Key=key)
         except NoSuchKeyError:
             return None
+        except AccessDeniedError as exc:
+            raise self._why_forbidden(exc, bucket) from exc
         return ObjectInfo(key, int(r.get("ContentLength", 0)), str(r.get("ETag", "")), r.get("LastModified"))
 
     def get_object_and_etag(self, bucket: str, key: str) -> tuple[bytes, str]:
@@ -605,6 +608,25 @@ class S3Store:
                 f"bucket {bucket!r} does not exist: create it, or check the URI and the endpoint "
                 f"({self.endpoint})", operation="head_bucket", code="NoSuchBucket", bucket=bucket,
             ) from exc
+        except AccessDeniedError as exc:
+            raise self._why_forbidden(exc, bucket) from exc
+
+    def _why_forbidden(self, exc: AccessDeniedError, bucket: str) -> StoreError:
+        """A HEAD answered 403 carries no error code, so an unknown access key or a wrong secret reads as a missing
+        permission. One request with a body (a listing of at most one key) tells them apart: its
+        InvalidAccessKeyId or SignatureDoesNotMatch is raised instead; otherwise the HEAD's own error."""
+        if exc.code != "403":
+            return exc
+        try:
+            self._call("list_objects_v2", bucket=bucket, Bucket=bucket, MaxKeys=1)
+        except InvalidCredentialsError as known:
+            return InvalidCredentialsError(
+                f"{exc.operation} s3://{bucket}{'/' + exc.key if exc.key else ''} was refused (403, no reason given "
+                f"in a HEAD answer); a listing of the bucket tells why: {known}",
+                operation=exc.operation, code=known.code, bucket=bucket, key=exc.key)
+        except StoreError:
+            return exc
+        return exc
 
     def get_lifecycle(self, bucket: str) -> BucketLifecycle:
         """The bucket's lifecycle configuration: its rules, and the bucket-wide settings beside them."""
