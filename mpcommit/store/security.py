@@ -13,10 +13,10 @@ import base64
 import hashlib
 from typing import Any
 
-import botocore.session
 from botocore import xform_name
 
 from ..options import S3Options
+from .session import s3_service_model
 
 
 def security_parameters(options: S3Options, operation: Any) -> dict[str, str]:
@@ -66,7 +66,7 @@ class RequestSecurity:
             meta = self._client.meta
             model = getattr(meta, "service_model", None)
             if model is None:  # a stand-in client (tests): botocore's own S3 model
-                model = botocore.session.get_session().get_service_model("s3")
+                model = s3_service_model()
             self._api_names = {xform_name(name): name for name in model.operation_names}
             self._model = model
         return self._model.operation_model(self._api_names[operation])

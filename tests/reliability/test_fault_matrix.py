@@ -4,7 +4,8 @@ independent invariant checker (tests/support/invariants.py).
 
 Every case runs in a scene that makes damage visible: old data in the destination (the job is an overwrite),
 another job of the same destination with pending uploads and records, and sibling prefixes -- one of them with a
-pending upload that even carries the job's id. The full matrix runs on moto; a representative subset on LocalStack.
+pending upload that even carries the job's id. The full matrix runs on moto; a representative subset on LocalStack
+and on the Go servers selected (versitygw in `make test`; SeaweedFS with MPCOMMIT_TEST_BACKENDS).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from mpcommit.protocol import faults
 from mpcommit.protocol.records.manifest import TaskResult
 from mpcommit.protocol.inventory import list_jobs
 from mpcommit.protocol.recovery import recover
+from tests.conftest import selected_backends
 from tests.reliability import crash_driver as plan
 from tests.reliability.scene import (
     DELETE_BATCH,
@@ -39,6 +41,7 @@ from tests.reliability.scene import (
     run_job_in_process,
 )
 from tests.support.checks import pending_uploads
+from tests.support.servers import GO_SERVERS
 from tests.support.invariants import (
     bucket_state,
     check_aborted,
@@ -106,6 +109,10 @@ def _cases(follow_ups_worker: tuple[str, ...]) -> list:
                 if (how, p.id) in LOCALSTACK_SUBSET:
                     params.append(pytest.param("localstack", how, p, follow, marks=pytest.mark.localstack,
                                                id=f"localstack-{how}-{p.id}-{follow}"))
+                    # The same subset on a Go server: an S3 written apart from both Python emulators.
+                    for go in [name for name in GO_SERVERS if name in selected_backends()]:
+                        params.append(pytest.param(go, how, p, follow, marks=getattr(pytest.mark, go),
+                                                   id=f"{go}-{how}-{p.id}-{follow}"))
     return params
 
 
