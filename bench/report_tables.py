@@ -526,7 +526,7 @@ def render_writer(sessions: Sessions, runs: Sequence[Run]) -> list[str]:
 
 
 def render_network_model(_sessions: Sessions, _runs: Sequence[Run]) -> list[str]:
-    from .s3_network import SOURCES
+    from tests.support.s3_network import SOURCES
 
     return ["", *md_table(["parameter", "value", "source"], [[n, v, src] for n, v, src in SOURCES], "lll")]
 

@@ -1,4 +1,4 @@
-"""The benchmarks' S3-like network (bench/s3_network.py): it shapes the operations it is told to, counts requests
+"""The S3-like network (tests/support/s3_network.py): it shapes the operations it is told to, counts requests
 and bytes per operation exactly, and passes every request through unchanged. Runs on moto; timing is only ever
 checked as a lower bound (the proxy's floor guarantees it), never as an upper one."""
 
@@ -12,7 +12,7 @@ import boto3
 import pytest
 from botocore.config import Config
 
-from bench.s3_network import NONE, S3_LIKE, NetworkProfile, S3Network, parse_rate, parse_seconds, per_file
+from tests.support.s3_network import NONE, S3_LIKE, NetworkProfile, S3Network, parse_rate, parse_seconds, per_file
 from tests.support.backends import Backend, raw_s3_client
 
 KiB = 1024
@@ -20,13 +20,13 @@ MiB = 1024 * KiB
 
 
 @pytest.fixture(scope="module")
-def network(moto_s3: Backend) -> Any:
-    with S3Network(moto_s3.endpoint_url, NONE) as net:
+def network(_moto_backend_session: Backend) -> Any:
+    with S3Network(_moto_backend_session.endpoint_url, NONE) as net:
         yield net
 
 
 @pytest.fixture
-def net(network: S3Network, moto_s3: Backend) -> S3Network:
+def net(network: S3Network, _moto_backend_session: Backend) -> S3Network:
     network.set_profile(NONE)
     network.reset()
     return network
@@ -50,8 +50,8 @@ def test_profile_latency_per_operation_and_copy_rate() -> None:
         parse_rate("fast")
 
 
-def test_counts_requests_bytes_and_server_side_copies(net: S3Network, moto_s3: Backend) -> None:
-    backend = moto_s3
+def test_counts_requests_bytes_and_server_side_copies(net: S3Network, _moto_backend_session: Backend) -> None:
+    backend = _moto_backend_session
     bucket = _bucket(backend)
     c = raw_s3_client(net.endpoint_url)
     c.put_object(Bucket=bucket, Key="a", Body=b"x" * 1000)
@@ -89,9 +89,9 @@ def test_counts_requests_bytes_and_server_side_copies(net: S3Network, moto_s3: B
     assert net.stats()["totals"]["requests"] == 0
 
 
-def test_holds_each_operation_for_its_own_latency(net: S3Network, moto_s3: Backend) -> None:
+def test_holds_each_operation_for_its_own_latency(net: S3Network, _moto_backend_session: Backend) -> None:
     net.set_profile(NetworkProfile("test", default=0.0, latency={"CompleteMultipartUpload": 0.25, "HeadObject": 0.01}))
-    bucket = _bucket(moto_s3)
+    bucket = _bucket(_moto_backend_session)
     c = raw_s3_client(net.endpoint_url)
     uid = c.create_multipart_upload(Bucket=bucket, Key="k")["UploadId"]
     etag = c.upload_part(Bucket=bucket, Key="k", UploadId=uid, PartNumber=1, Body=b"p")["ETag"]
@@ -107,8 +107,8 @@ def test_holds_each_operation_for_its_own_latency(net: S3Network, moto_s3: Backe
         assert ops[op]["latency_seconds"] == 0 and ops[op]["held_seconds"] == 0
 
 
-def test_caps_bandwidth_per_connection_each_way(net: S3Network, moto_s3: Backend) -> None:
-    bucket = _bucket(moto_s3)
+def test_caps_bandwidth_per_connection_each_way(net: S3Network, _moto_backend_session: Backend) -> None:
+    bucket = _bucket(_moto_backend_session)
     c = raw_s3_client(net.endpoint_url)
     body = bytes(range(256)) * (8 * KiB)  # 2 MiB
     c.put_object(Bucket=bucket, Key="big", Body=body)
@@ -123,10 +123,10 @@ def test_caps_bandwidth_per_connection_each_way(net: S3Network, moto_s3: Backend
     assert time.perf_counter() - t0 >= floor
 
 
-def test_streams_chunked_uploads_and_answers_expect_continue(net: S3Network, moto_s3: Backend) -> None:
+def test_streams_chunked_uploads_and_answers_expect_continue(net: S3Network, _moto_backend_session: Backend) -> None:
     """boto3's own defaults: flexible checksums send a non-seekable body aws-chunked with a trailer, and large
     bodies with ``Expect: 100-continue``; both must reach the server intact."""
-    bucket = _bucket(moto_s3)
+    bucket = _bucket(_moto_backend_session)
     session = boto3.session.Session(aws_access_key_id="test", aws_secret_access_key="test", region_name="us-east-1")
     c = session.client("s3", endpoint_url=net.endpoint_url, config=Config(s3={"addressing_style": "path"}))
     data = bytes(range(251)) * 40_000  # ~9.6 MiB: multipart in upload_fileobj, parts with 100-continue
@@ -151,10 +151,10 @@ def test_control_api_refuses_unknown_calls(net: S3Network) -> None:
     assert net.stats()["profile"]["name"] == "none"
 
 
-def test_answers_slow_down_past_the_rate_without_reaching_the_server(net: S3Network, moto_s3: Backend) -> None:
-    from bench.s3_network import ThrottleRule
+def test_answers_slow_down_past_the_rate_without_reaching_the_server(net: S3Network, _moto_backend_session: Backend) -> None:
+    from tests.support.s3_network import ThrottleRule
 
-    bucket = _bucket(moto_s3)
+    bucket = _bucket(_moto_backend_session)
     session = boto3.session.Session(aws_access_key_id="test", aws_secret_access_key="test", region_name="us-east-1")
     c = session.client("s3", endpoint_url=net.endpoint_url,  # no retries: every 503 is seen
                        config=Config(s3={"addressing_style": "path"}, retries={"total_max_attempts": 1}))
