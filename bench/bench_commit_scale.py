@@ -1,7 +1,7 @@
 """Commit at scale (issues 12 and 25): the driver's job commit against the floor -- the commit's own request path
 (the CRT transport, the adaptive window, the retry policy) with nothing of the commit around it -- on a STUB server
 (:mod:`bench.stub_s3`, another process) that costs next to nothing per request, so that the client's own CPU is
-what is measured; optionally through the S3-like network (:mod:`bench.s3_network`: latency per operation, 503
+what is measured; optionally through the S3-like network (:mod:`tests.support.s3_network`: latency per operation, 503
 SlowDown beyond a partition's write rate).
 
 The tasks' side is not run: each run makes a fresh job and writes its task manifests (synthetic uploads: key,
@@ -312,7 +312,7 @@ def run_cpu(args: argparse.Namespace) -> dict[str, Any]:
         if args.network != "raw":
             # The commit and the bare loops all through the S3-like network (BENCHMARKS.md, "The network model":
             # latency per operation and the rate limit); the untimed set-up straight to the stub.
-            from .s3_network import PROFILES, S3Network
+            from tests.support.s3_network import PROFILES, S3Network
 
             profile = PROFILES[args.network]
             if args.write_rate and profile.throttle is not None:
@@ -551,7 +551,7 @@ def main(argv: list[str] | None = None) -> None:
     cpu.add_argument("--repeats", type=int, default=10)
     cpu.add_argument("--variants", nargs="+", default=["commit", "bare-crt"])
     cpu.add_argument("--network", choices=("raw", "s3", "s3-cold", "s3-2026-11"), default="raw",
-                     help="raw: straight to the stub; s3: through the S3-like network (bench/s3_network.py); "
+                     help="raw: straight to the stub; s3: through the S3-like network (tests/support/s3_network.py); "
                           "s3-cold: the same with the whole bucket one partition (3,500 writes/s in all)")
     cpu.add_argument("--records", default=None, help="directory of the raw records (default bench/results)")
     cpu.add_argument("--write-rate", type=float, default=0,

@@ -22,7 +22,7 @@ from mpcommit.protocol import faults
 from mpcommit.protocol.layout import JobPaths, parse_uri
 from mpcommit.protocol.recovery import RecoveryOutcome, recover
 from mpcommit.store.s3 import S3Store
-from tests.cli.conftest import cli
+from tests.support.cli import cli
 from tests.support.checks import pending_uploads
 from tests.support.invariants import dataset
 

@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.cluster.support import DriverApp, cli
+from tests.support.cluster_apps import DriverApp, cli
 from tests.soak.checker import COMPACTION_RECOVERY_STUCK, JobLog, Reader, check
 from tests.support.fault_proxy import FaultProxy, FaultRule
 from tests.support.spark_cluster import StandaloneCluster
@@ -332,7 +332,7 @@ class Soak:
                 self.note("recover", dest=dest, job=a["jobId"], action=a["action"], detail=a["detail"][:1500])
 
     def _compactor(self) -> None:
-        from tests.cli.conftest import cli_env, mpcommit_command
+        from tests.support.cli import cli_env, mpcommit_command
 
         for rng in self._every(self.s.compact_every, "compact"):
             dest = self.pick_dest(rng)
@@ -567,7 +567,7 @@ def main(argv: list[str] | None = None) -> int:
     a = parser.parse_args(argv)
     settings = Settings(seconds=a.seconds if a.seconds else a.minutes * 60, runners=a.runners, spark=not a.no_spark,
                         seed=a.seed)
-    from tests.conftest import raw_s3_client
+    from tests.support.backends import raw_s3_client
     from tests.support.servers import start_localstack
 
     workdir = Path(tempfile.mkdtemp(prefix="mpcommit-soak-"))
