@@ -9,7 +9,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-quick install localstack-install s3a-install bench soak clean
+.PHONY: demo test test-quick install localstack-install s3a-install bench soak races clean
 
 demo: $(STAMP)
 	$(VENV)/bin/mpcommit demo
@@ -43,6 +43,17 @@ s3a-install: $(STAMP)
 SOAK_ARGS ?=
 soak: $(STAMP) localstack-install
 	$(PY) -m tests.soak.soak --report soak-report.json $(SOAK_ARGS)
+
+# The order trials' long tier (docs/RELIABILITY.md, Concurrency): RACES_ARGS="--trials 200" trials per pairing on
+# moto, then on LocalStack, niced; one JSON line per trial in tests/reliability/results/, then the table.
+RACES_ARGS ?= --trials 200 --parallel 3
+RACES_OUT  := tests/reliability/results
+races: $(STAMP) localstack-install
+	-nice -n 10 $(PY) -m tests.reliability.order_trials --server moto --pairing all --replace \
+	  --out $(RACES_OUT)/order-trials-moto.jsonl $(RACES_ARGS)
+	-nice -n 10 $(PY) -m tests.reliability.order_trials --server localstack --pairing all --replace \
+	  --out $(RACES_OUT)/order-trials-localstack.jsonl $(RACES_ARGS)
+	$(PY) -m tests.reliability.order_trials_report $(RACES_OUT)/order-trials-*.jsonl
 
 bench: $(STAMP) s3a-install
 	$(PY) -m pip install --quiet -e '.[bench]'

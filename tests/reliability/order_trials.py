@@ -39,7 +39,6 @@ import argparse
 import json
 import os
 import random
-import subprocess
 import sys
 import tempfile
 import threading
@@ -54,7 +53,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from tests.reliability import order_model  # noqa: E402
+from tests.reliability import order_model, trial_job  # noqa: E402
 from tests.reliability.trial_job import write_job  # noqa: E402
 
 TABLE = "t"
@@ -116,11 +115,22 @@ def _seed_jobs(rng: random.Random, n: int) -> list[Proc]:
     return [Proc(f"s{i}", "write", 0.0, "append", "static", _files(rng, PARTITIONS, (1, 2))) for i in range(n)]
 
 
-def _overwrite(rng: random.Random, name: str, offset: float, **kw: Any) -> Proc:
+def _overwrite(rng: random.Random, name: str, offset: float, *, kill: tuple[str, ...] = (), **kw: Any) -> Proc:
+    """A static overwrite of two partitions, or a dynamic overwrite of one or two; ``kill``: points to draw its
+    death from (a point it reaches: no ``after_complete:2`` for a job of one file)."""
     if rng.random() < 0.5:
-        return Proc(name, "write", offset, "overwrite", "static", _files(rng, rng.sample(PARTITIONS, 2)), **kw)
-    chosen = sorted(rng.sample(PARTITIONS, rng.randint(1, 2)))
-    return Proc(name, "write", offset, "overwrite", "dynamic", _files(rng, chosen), **kw)
+        proc = Proc(name, "write", offset, "overwrite", "static", _files(rng, rng.sample(PARTITIONS, 2)), **kw)
+    else:
+        chosen = sorted(rng.sample(PARTITIONS, rng.randint(1, 2)))
+        proc = Proc(name, "write", offset, "overwrite", "dynamic", _files(rng, chosen), **kw)
+    if kill:
+        proc.kill = _kill_point(rng, kill, len(proc.files))
+    return proc
+
+
+def _kill_point(rng: random.Random, points: tuple[str, ...], files: int) -> str:
+    return rng.choice([p for p in points if not p.startswith("commit.after_complete:")
+                       or int(p.rsplit(":", 1)[1]) <= files])
 
 
 def _append(rng: random.Random, name: str, offset: float) -> Proc:
@@ -143,7 +153,7 @@ def plan_overwrite_compact(rng: random.Random) -> tuple[list[Proc], list[Proc]]:
 
 
 def plan_oncall(rng: random.Random) -> tuple[list[Proc], list[Proc]]:
-    y = _overwrite(rng, "y", 0.0, kill=rng.choice(KILL_POINTS))
+    y = _overwrite(rng, "y", 0.0, kill=KILL_POINTS)
     z = Proc("z", "write", rng.uniform(0, WINDOW), y.mode, y.po, [dict(f) for f in y.files], after="y")  # the re-run
     return _seed_jobs(rng, 2), [_overwrite(rng, "x", rng.uniform(0, WINDOW)), y, z,
                                 Proc("r", "recover", rng.uniform(0, WINDOW), after="y")]
@@ -151,16 +161,18 @@ def plan_oncall(rng: random.Random) -> tuple[list[Proc], list[Proc]]:
 
 def plan_recoveries(rng: random.Random) -> tuple[list[Proc], list[Proc]]:
     return _seed_jobs(rng, 2), [
-        _overwrite(rng, "j", 0.0), _overwrite(rng, "k", rng.uniform(0, WINDOW), kill=rng.choice(JOURNALED_KILL_POINTS)),
+        _overwrite(rng, "j", 0.0), _overwrite(rng, "k", rng.uniform(0, WINDOW), kill=JOURNALED_KILL_POINTS),
         Proc("r1", "recover", rng.uniform(0.3, WINDOW + 0.5)),
         Proc("r2", "recover", rng.uniform(0, 0.5), after="k"), Proc("r3", "recover", rng.uniform(0, 0.5), after="k")]
 
 
 def plan_mixed(rng: random.Random) -> tuple[list[Proc], list[Proc]]:
     """Everything at once: two overwrites, an append, a compaction, a job killed in its commit, a recovery."""
-    killed = (_overwrite(rng, "k", rng.uniform(0, WINDOW), kill=rng.choice(KILL_POINTS)) if rng.random() < 0.7 else
+    # An append deletes nothing: it dies at a point it reaches.
+    killed = (_overwrite(rng, "k", rng.uniform(0, WINDOW), kill=KILL_POINTS) if rng.random() < 0.7 else
               Proc("k", "write", rng.uniform(0, WINDOW), "append", "static",
-                   _files(rng, sorted(rng.sample(PARTITIONS, 2))), kill=rng.choice(KILL_POINTS)))
+                   _files(rng, sorted(rng.sample(PARTITIONS, 2))),
+                   kill=_kill_point(rng, tuple(p for p in KILL_POINTS if "delete" not in p), 2)))
     return _seed_jobs(rng, 3), [
         _overwrite(rng, "o1", rng.uniform(0, WINDOW)), _overwrite(rng, "o2", rng.uniform(0, WINDOW)),
         _append(rng, "a", rng.uniform(0, WINDOW)), Proc("c", "compact", rng.uniform(0, WINDOW)), killed,
@@ -184,44 +196,80 @@ def plan_trial(pairing: str, seed: int, mutant: str | None = None) -> TrialPlan:
 
 
 # ---------------------------------------------------------------- running one trial
-class Running:
-    """One process of a trial: its stdout read line by line on a thread."""
+_FORK_SERVER: Any = None
+_FORK_LOCK = threading.Lock()
 
-    def __init__(self, proc: Proc, popen: subprocess.Popen[str], stderr: Path):
+
+def fork_server() -> Any:
+    """A multiprocessing context whose processes are forked from a server that imported trial_job (and
+    mpcommit) once. The server is a fresh interpreter, not a fork of this process (which may run moto's
+    threads)."""
+    global _FORK_SERVER
+    with _FORK_LOCK:
+        if _FORK_SERVER is None:
+            import multiprocessing
+
+            ctx = multiprocessing.get_context("forkserver")
+            ctx.set_forkserver_preload(["tests.reliability.trial_job"])
+            _FORK_SERVER = ctx
+        return _FORK_SERVER
+
+
+class Running:
+    """One process of a trial: its events read on a thread, its start time sent when the harness says."""
+
+    def __init__(self, proc: Proc, spec: dict[str, Any], log: Path):
+        ctx = fork_server()
         self.proc = proc
-        self.popen = popen
-        self.stderr = stderr
+        self.stderr = log
         self.events: list[dict[str, Any]] = []
         self.exit_time: float | None = None
         self.ready = threading.Event()
         self.exited = threading.Event()
+        events_in, events_out = ctx.Pipe(duplex=False)
+        go_in, go_out = ctx.Pipe(duplex=False)
+        self.process = ctx.Process(target=trial_job.child, args=(spec, f"{proc.kill}:kill" if proc.kill else None,
+                                                                 events_out, go_in, str(log)),
+                                   name=f"trial-{proc.name}", daemon=True)
+        self.process.start()
+        events_out.close()  # the child holds the only writing end: EOF when it dies
+        go_in.close()
+        self._events = events_in
+        self._go = go_out
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
 
     def _read(self) -> None:
-        assert self.popen.stdout is not None
-        for line in self.popen.stdout:
+        while True:
             try:
-                event = json.loads(line)
-            except ValueError:
-                continue
+                event = self._events.recv()
+            except (EOFError, OSError):
+                break
             self.events.append(event)
             if event.get("event") == "ready":
                 self.ready.set()
-        self.popen.wait()
+        self.process.join()
         self.exit_time = time.time()
+        self._events.close()
         self.exited.set()
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.exitcode
+
+    def kill(self) -> None:
+        self.process.kill()
 
     def first(self, kind: str) -> dict[str, Any] | None:
         return next((e for e in self.events if e.get("event") == kind), None)
 
     def go(self, at: float) -> None:
-        assert self.popen.stdin is not None
         try:
-            self.popen.stdin.write(f"{at}\n")
-            self.popen.stdin.close()
+            self._go.send(at)
         except (BrokenPipeError, OSError):
             pass
+        finally:
+            self._go.close()
 
 
 class Harness:
@@ -269,16 +317,7 @@ class Harness:
         for p in plan.procs:
             spec = {**p.spec(), "bucket": bucket, "table": TABLE, "endpoint": self.network_url, "order": ORDER,
                     "older_than": p.older_than, "mutant": plan.mutant}
-            env = dict(os.environ)
-            env.pop("MPCOMMIT_FAULT", None)
-            if p.kill:
-                env["MPCOMMIT_FAULT"] = f"{p.kill}:kill"
-            err = trial_dir / f"{p.name}.stderr"
-            with open(err, "wb") as f:
-                popen = subprocess.Popen([sys.executable, "-m", "tests.reliability.trial_job", json.dumps(spec)],
-                                         cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=f,
-                                         text=True)
-            running[p.name] = Running(p, popen, err)
+            running[p.name] = Running(p, spec, trial_dir / f"{p.name}.log")
         for r in running.values():
             if not r.ready.wait(60):
                 break
@@ -301,7 +340,7 @@ class Harness:
         for name, r in running.items():
             if not r.exited.wait(max(0.1, deadline - time.monotonic())):
                 hung.add(name)
-                r.popen.kill()
+                r.kill()
                 r.exited.wait(10)
         for t in waiters:
             t.join(5)
@@ -313,9 +352,9 @@ class Harness:
             end = r.first("end")
             created = r.first("created")
             job_id = (created or {}).get("job_id") or (end or {}).get("job_id")
-            killed = r.popen.returncode == -9 and name not in hung
+            killed = r.returncode == -9 and name not in hung
             jobs[name] = {**r.proc.spec(), "job_id": job_id, "kill": r.proc.kill, "killed": killed,
-                          "hung": name in hung, "returncode": r.popen.returncode,
+                          "hung": name in hung, "returncode": r.returncode,
                           "report": {k: v for k, v in end.items() if k not in ("event", "t", "traceback")} if end else None,
                           "recover_actions": (end or {}).get("actions")}
         jobs["final-recover"] = {"role": "final-recover", "recover_actions": final}
@@ -376,7 +415,7 @@ class Harness:
             elif j["killed"]:
                 outcome = "killed"
             elif end is None:
-                outcome = f"exit {r.popen.returncode}"
+                outcome = f"exit {r.returncode}"
             elif end.get("ok"):
                 outcome = "ok" if r.proc.role != "compact" else f"ok:{end.get('outcome')}"
                 if r.proc.kill:
@@ -393,29 +432,36 @@ class Harness:
                 "t_exit": round(r.exit_time - t0, 3) if r.exit_time else None,
             }
             if r.proc.role == "recover" and end and end.get("ok"):
-                procs[name]["actions"] = [f"{names.get(a['job_id'], a['job_id'][:8])}:{a['action']}"
-                                          + (" (elsewhere)" if a.get("finished_elsewhere") else "")
-                                          for a in end.get("actions", [])]
+                procs[name]["actions"] = [_action(a, names) for a in end.get("actions", [])]
             if end and not end.get("ok"):
                 procs[name]["message"] = end.get("message", "")[:300]
+            procs[name] = {k: v for k, v in procs[name].items() if v is not None}
         order = [f"{e['position']}:{names.get(e.get('jobId'), (e.get('jobId') or '?')[:8])}:"
                  f"{(e.get('outcome') or 'open')[0]}" for e in state["order"]]
         return {
             "pairing": plan.pairing, "server": self.server_name, "seed": plan.seed, "mutant": plan.mutant,
             "commits_overlapped": commits_overlapped(procs),
             "ok": verdict.ok, "violations": verdict.violations, "procs": procs, "order": order,
-            "final_recover": [f"{names.get(a['job_id'], a['job_id'][:8])}:{a['action']}" for a in
-                              jobs["final-recover"]["recover_actions"]],
+            "final_recover": [_action(a, names) for a in jobs["final-recover"]["recover_actions"]],
             "rows": {"visible": verdict.notes.get("visible rows"), "model": verdict.notes.get("model rows")},
             "race_seconds": round(t_race, 2), "trial_seconds": round(time.monotonic() - t_begin, 2),
             "load1": round(load_before, 2), "bucket": None if verdict.ok else bucket,
         }
 
 
+def _action(a: dict[str, Any], names: dict[str, str]) -> str:
+    """``job:action``, and for a job found finished: by this run, by another process (elsewhere), or already
+    committed so that only its records were left (records)."""
+    text = f"{names.get(a['job_id'], a['job_id'][:8])}:{a['action']}"
+    if a["action"] == "finished":
+        text += " (elsewhere)" if a.get("finished_elsewhere") else "" if a.get("position") is not None else " (records)"
+    return text
+
+
 def commits_overlapped(procs: dict[str, dict[str, Any]]) -> bool:
     """Whether the commits of two jobs (from ``commit`` to the process's exit) overlapped in time."""
     spans = sorted((p["t_commit"], p["t_exit"]) for p in procs.values()
-                   if p["role"] in ("write", "compact") and p["t_commit"] is not None and p["t_exit"] is not None)
+                   if p["role"] in ("write", "compact") and p.get("t_commit") is not None and p.get("t_exit") is not None)
     return any(b[0] < a[1] for a, b in zip(spans, spans[1:]))
 
 
@@ -474,6 +520,17 @@ def _line(record: dict[str, Any], plan: TrialPlan) -> str:
     return "\n".join([text, *(f"     - {v}" for v in record["violations"])])
 
 
+def _git_commit() -> str:
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                             timeout=10)
+        return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.reliability.order_trials", description=__doc__.split("\n\n")[0])
     parser.add_argument("--server", choices=("moto", "localstack"), default="moto")
@@ -485,6 +542,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mutant", choices=("no_replace", "no_wait", "no_conflict"), help="break the protocol")
     parser.add_argument("--stop-after", type=float, help="stop starting trials after this many seconds")
     parser.add_argument("--parallel", type=int, default=1, help="trials at once (each on its own bucket)")
+    parser.add_argument("--replace", action="store_true", help="empty --out first")
     a = parser.parse_args(argv)
     pairings = list(PAIRINGS) if a.pairing == "all" else a.pairing.split(",")
     for p in pairings:
@@ -493,6 +551,10 @@ def main(argv: list[str] | None = None) -> int:
     workdir = a.workdir or Path(tempfile.mkdtemp(prefix="mpcommit-order-trials-"))
     print(f"order trials: {a.server}, pairings {', '.join(pairings)}, {a.trials} each from seed {a.seed}; "
           f"failing trials keep their logs in {workdir}", file=sys.stderr)
+    if a.out and a.replace:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text("")
+    run_info = {"commit": _git_commit(), "date": time.strftime("%Y-%m-%d", time.gmtime()), "parallel": a.parallel}
     records: list[dict[str, Any]] = []
     started = time.monotonic()
     plans = iter([plan_trial(pairing, a.seed + i, a.mutant) for i in range(a.trials) for pairing in pairings])
@@ -512,6 +574,7 @@ def main(argv: list[str] | None = None) -> int:
                 record = {"pairing": plan.pairing, "server": a.server, "seed": plan.seed, "mutant": plan.mutant,
                           "ok": False, "violations": [f"harness error: {type(exc).__name__}: {exc}"], "procs": {},
                           "order": [], "trial_seconds": 0.0}
+            record["run"] = run_info
             with lock:
                 records.append(record)
                 if a.out:

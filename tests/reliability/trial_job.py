@@ -1,11 +1,14 @@
 """One process of an order trial (tests/reliability/order_trials.py): a write job, a compaction or a `recover`
-run on one table, started at a given moment, reporting how it ended as JSON lines on stdout.
+run on one table, started at a given moment, reporting how it ended.
 
-    python -m tests.reliability.trial_job '<spec json>'
+The harness runs :func:`child` in a process forked by a multiprocessing fork server that imported this module
+(and mpcommit) once, so a job's process starts in milliseconds instead of half a second of CPU; events go back
+over a pipe. By hand, ``python -m tests.reliability.trial_job '<spec json>'`` does the same with events as JSON
+lines on stdout and the start time read from stdin.
 
-The process imports mpcommit and builds its S3 client first, prints ``{"event": "ready"}``, then reads one line
-from stdin: the wall-clock time (epoch seconds) at which to start. So the harness's random offsets are offsets
-between the jobs' starts, not between interpreter start-ups. Then:
+The process builds its S3 client first, says ``ready``, then waits for the wall-clock time (epoch seconds) at
+which to start: the harness's random offsets are offsets between the jobs' starts, not between process
+start-ups. Then:
 
 - ``write``: ``Job.create`` (append, or a static or dynamic overwrite), one task per planned file, each writing
   its rows (every row names the job: ``NAME PARTITION tTASK rI``), then ``job.commit``;
@@ -17,12 +20,12 @@ Both commands are called through their Python functions rather than the console 
 option for them, and its 60 s lease would make every trial with a dead job wait a minute.
 
 ``MPCOMMIT_FAULT=point:k:kill`` (set by the harness in this process's environment) SIGKILLs it at that
-checkpoint. Lines printed: ``created`` (the job id, as soon as the job exists), ``commit`` (a write: ``job.commit`` is
-called; a compaction: its journal is written), then ``end`` with ``ok``, the
-position in the order, and for a failure the exception's class (and its bases) and message. A process killed
-prints no ``end``.
+checkpoint. Events: ``ready``, ``start``, ``created`` (the job id, as soon as the job exists), ``commit`` (a
+write: ``job.commit`` is called; a compaction: its journal is written), then ``end`` with ``ok``, the position
+in the order, and for a failure the exception's class (and its bases) and message. A killed process says no
+``end``.
 
-``MUTANT`` in the spec breaks the protocol on purpose in this process only (tests of the checker itself):
+``mutant`` in the spec breaks the protocol on purpose in this process only (tests of the checker itself):
 ``no_replace`` (an overwrite deletes nothing), ``no_wait`` (an overwrite never waits for earlier jobs),
 ``no_conflict`` (a compaction never gives up).
 """
@@ -35,6 +38,12 @@ import sys
 import time
 import traceback
 from typing import Any
+
+# Imported here, not at the start: the harness's fork server imports this module once, and every process it
+# forks for a job starts with them loaded (an interpreter and these imports cost ~0.5 s of CPU per process).
+import mpcommit.compaction.standalone  # noqa: F401, E402
+import mpcommit.protocol.recovery  # noqa: F401, E402
+from mpcommit import Job  # noqa: F401, E402
 
 
 def emit(event: str, **fields: Any) -> None:
@@ -97,7 +106,7 @@ def write_job(spec: dict[str, Any], store: Any, say: Any = emit) -> dict[str, An
             "deleted": report.deleted_objects, "finished_elsewhere": report.finished_elsewhere}
 
 
-def compact_job(spec: dict[str, Any], store: Any) -> dict[str, Any]:
+def compact_job(spec: dict[str, Any], store: Any, say: Any = emit) -> dict[str, Any]:
     from mpcommit.compaction.standalone import compact
 
     said: list[str] = []
@@ -105,7 +114,7 @@ def compact_job(spec: dict[str, Any], store: Any) -> dict[str, Any]:
     def progress(step: str, _done: int, _total: int | None) -> None:
         if step.startswith("commit.") and not said:
             said.append(step)
-            emit("commit")  # its journal is written (the first step the commit reports)
+            say("commit")  # its journal is written (the first step the commit reports)
 
     report = compact(f"s3://{spec['bucket']}/{spec['table']}", s3=store.options, store=store,
                      order_settings=order_settings(spec), progress=progress)
@@ -116,7 +125,7 @@ def compact_job(spec: dict[str, Any], store: Any) -> dict[str, Any]:
             "skipped": [b.message[:300] for b in report.skipped]}
 
 
-def recover_run(spec: dict[str, Any], store: Any) -> dict[str, Any]:
+def recover_run(spec: dict[str, Any], store: Any, say: Any = emit) -> dict[str, Any]:
     from mpcommit.protocol.recovery import recover
 
     actions = recover(f"s3://{spec['bucket']}/{spec['table']}", s3=store.options, store=store,
@@ -150,34 +159,66 @@ def apply_mutant(name: str | None) -> None:
 ROLES = {"write": write_job, "compact": compact_job, "recover": recover_run}
 
 
-def main(argv: list[str]) -> int:
-    spec = json.loads(argv[1])
+def run(spec: dict[str, Any], say: Any, wait_for_start: Any) -> int:
+    """The process's life: open the client, say ``ready``, wait for the start time, run, say how it ended."""
     from mpcommit.store.s3 import store_for
-
-    import mpcommit.compaction.standalone  # noqa: F401 - imported before the start, not after it
-    import mpcommit.protocol.recovery  # noqa: F401
 
     apply_mutant(spec.get("mutant"))
     store = store_for(options_for(spec["endpoint"]))
     store.head_bucket(spec["bucket"])  # the client and its connection made before the start
-    emit("ready", pid=os.getpid())
-    line = sys.stdin.readline()
-    if not line:
+    say("ready", pid=os.getpid())
+    start_at = wait_for_start()
+    if start_at is None:
         return 3  # the harness went away
-    start_at = float(line)
     delay = start_at - time.time()
     if delay > 0:
         time.sleep(delay)
-    emit("start", late=round(max(0.0, -delay), 4))
+    say("start", late=round(max(0.0, -delay), 4))
     try:
-        result = ROLES[spec["role"]](spec, store)
+        result = ROLES[spec["role"]](spec, store, say)
     except Exception as exc:  # noqa: BLE001 - reported, judged by the checker
-        emit("end", ok=False, error=type(exc).__name__,
-             bases=[c.__name__ for c in type(exc).__mro__[1:] if c not in (object, BaseException)],
-             message=" ".join(str(exc).split())[:1500], traceback=traceback.format_exc()[-3000:])
+        say("end", ok=False, error=type(exc).__name__,
+            bases=[c.__name__ for c in type(exc).__mro__[1:] if c not in (object, BaseException)],
+            message=" ".join(str(exc).split())[:1500], traceback=traceback.format_exc()[-3000:])
         return 1
-    emit("end", ok=True, **result)
+    say("end", ok=True, **result)
     return 0
+
+
+def child(spec: dict[str, Any], fault: str | None, events: Any, go: Any, log: str) -> None:
+    """The target of a process forked by the harness's fork server (which imported this module, and mpcommit
+    with it, once): events go back over ``events``, the start time comes over ``go``, stdout and stderr go
+    to ``log``. ``fault``: this process's MPCOMMIT_FAULT."""
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.environ.pop("MPCOMMIT_FAULT", None)
+    if fault:
+        os.environ["MPCOMMIT_FAULT"] = fault
+
+    def say(event: str, **fields: Any) -> None:
+        events.send({"event": event, "t": time.time(), **fields})
+
+    def wait_for_start() -> float | None:
+        try:
+            return float(go.recv())
+        except (EOFError, OSError):
+            return None
+
+    code = run(spec, say, wait_for_start)
+    events.close()
+    sys.exit(code)
+
+
+def main(argv: list[str]) -> int:
+    """By hand: the spec as the argument, the start time on stdin, events on stdout."""
+    spec = json.loads(argv[1])
+
+    def wait_for_start() -> float | None:
+        line = sys.stdin.readline()
+        return float(line) if line else None
+
+    return run(spec, emit, wait_for_start)
 
 
 if __name__ == "__main__":
