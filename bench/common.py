@@ -372,7 +372,7 @@ def human_seconds(s: float) -> str:
 
 
 def parse_size(text: str) -> int:
-    from mpcommit.sizing import parse_size as core_parse
+    from mpcommit.units import parse_size as core_parse
 
     return int(core_parse(text))
 

@@ -9,7 +9,10 @@ Safe to run every hour, and even twice at once:
   still writing is live while it was active within --older-than (see mpcommit.operations.uploads);
 * an upload that vanishes between listing and aborting (another cleaner, or its job, got there first) is
   logged as "vanished", not as an error;
-* SIGINT or SIGTERM (e.g. from `timeout`) stops cleanly after the requests in flight and logs what was done.
+* SIGINT or SIGTERM (e.g. from `timeout`) stops cleanly after the requests in flight and logs what was done;
+* with --older-than, dead jobs' records go too (`mpcommit jobs recover --older-than`, without finishing
+  interrupted commits: those are logged for a person to finish with `mpcommit jobs recover`; --finish-commits
+  lets the script finish them, --keep-records leaves records alone).
 
 Example crontab line (hourly, uploads older than two days):
 
@@ -34,6 +37,7 @@ from mpcommit.cli.common import DURATION, JOB_ID, S3URI, human_age
 from mpcommit.errors import MpcommitError, UsageError
 from mpcommit.operations.uploads import DEFAULT_THREADS, AbortOutcome, AbortResult, CleanupReport, UploadScope, cleanup
 from mpcommit.options import S3Options
+from mpcommit.protocol.recovery import RecoveryAction, RecoveryOutcome, recover
 from mpcommit.store.s3 import store_for
 
 log = logging.getLogger("cleanup_orphaned_uploads")
@@ -98,10 +102,14 @@ def _summarize(report: CleanupReport) -> dict[str, object]:
 @click.option("--endpoint-url", metavar="URL", help="S3 endpoint; default: boto3's (AWS_ENDPOINT_URL...).")
 @click.option("--region", metavar="R")
 @click.option("--profile", metavar="P")
+@click.option("--keep-records", is_flag=True, help="Leave dead jobs' records under _temporary/ alone.")
+@click.option("--finish-commits", is_flag=True, help="Also finish interrupted commits (makes their data visible).")
 @click.option("--json", "as_json", is_flag=True, help="Also print the summaries as one JSON document on stdout.")
 def command(uris: tuple[str, ...], older_than: float | None, job_id: str | None, dry_run: bool, string_prefix: bool,
-            threads: int, endpoint_url: str | None, region: str | None, profile: str | None, as_json: bool) -> int:
-    """Abort orphaned multipart uploads under each S3URI that are older than DUR (or of job ID)."""
+            threads: int, endpoint_url: str | None, region: str | None, profile: str | None, keep_records: bool,
+            finish_commits: bool, as_json: bool) -> int:
+    """Abort orphaned multipart uploads under each S3URI that are older than DUR (or of job ID); with
+    --older-than, also remove the records of jobs idle that long (interrupted commits are left and logged)."""
     if older_than is None and job_id is None:
         raise click.UsageError("give --older-than DUR (e.g. 2d) and/or --job ID; refusing to abort everything")
     if endpoint_url is not None and not endpoint_url.lower().startswith(("http://", "https://")):
@@ -138,6 +146,9 @@ def command(uris: tuple[str, ...], older_than: float | None, job_id: str | None,
                     log.info("would abort s3://%s/%s upload=%s bytes=%s job=%s", scope.bucket, u.key, u.upload_id,
                              u.bytes, u.job_id or "-")
         summary = _summarize(report)
+        if older_than is not None and not keep_records and not string_prefix and not report.cancelled:
+            summary["records"] = _recover_records(store, uri, older_than, dry_run=dry_run, finish_commits=finish_commits)
+            ok = ok and not summary["records"]["failed"]
         summaries.append(summary)
         ok = ok and report.ok
         state = "interrupted" if report.cancelled else ("dry run" if dry_run else "done")
@@ -148,6 +159,21 @@ def command(uris: tuple[str, ...], older_than: float | None, job_id: str | None,
     if as_json:
         click.echo(json.dumps({"ok": ok, "destinations": summaries}, indent=2))
     return 0 if ok else 1
+
+
+def _recover_records(store, uri: str, older_than: float, *, dry_run: bool, finish_commits: bool) -> dict[str, int]:  # noqa: ANN001
+    """Dead jobs' records: `recover --older-than`, logged per job."""
+    counts: Counter[str] = Counter()
+
+    def on_action(action: RecoveryAction) -> None:
+        counts[action.action.value] += 1
+        level = logging.ERROR if action.action is RecoveryOutcome.FAILED else logging.INFO
+        log.log(level, "job %s %s: %s", action.job_id, action.action.value, action.detail)
+
+    recover(uri, store=store, older_than=older_than, dry_run=dry_run, finish_commits=finish_commits,
+            on_action=on_action)
+    return {name: counts.get(name, 0) for name in ("finished", "rolled_back", "skipped", "failed", "would_finish",
+                                                     "would_roll_back")}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,8 @@
 """Catalog registration after a commit: Hive-style partitions and their basic statistics.
 
+    report = commit_registered(job, results, table="sales.orders")                          # Glue
+    report = commit_registered(job, results, table="sales.orders", catalog=SparkSqlCatalog(spark))
     report = register_commit(job.commit(results), table="sales.orders", catalog=resolve_catalog("glue"))
-    report = job.commit(results, table="sales.orders", catalog=SparkSqlCatalog(spark))   # the same, shorter
 
 The catalog is updated only after the data commit succeeded; when it fails, the data stays committed and
 CatalogRegistrationError names the partitions not registered and the ``mpcommit catalog sync`` command that
@@ -27,11 +28,11 @@ from .base import (
 )
 from .glue import GlueCatalog
 from .spark_catalog import SparkSqlCatalog
-from .sync import register_commit, resolve_catalog, sync
+from .sync import commit_registered, register_commit, resolve_catalog, sync
 
 __all__ = [
     "Catalog", "CatalogAccessDeniedError", "CatalogError", "CatalogRegistrationError", "CatalogRequestError",
     "CatalogResult", "GlueCatalog", "PartitionColumnsMismatchError", "PartitionStats", "Registration",
     "RegistrationMode", "SparkSqlCatalog", "TableLocationMismatchError", "TableName", "TableNotFoundError",
-    "TransientCatalogError", "UnsupportedTableError", "register_commit", "resolve_catalog", "sync",
+    "TransientCatalogError", "UnsupportedTableError", "commit_registered", "register_commit", "resolve_catalog", "sync",
 ]

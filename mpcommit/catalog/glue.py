@@ -14,13 +14,11 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-import boto3
-from botocore.config import Config
-
 from ..errors import MpcommitError, RetriesExhaustedError, TransientStoreError, UsageError
 from ..options import RetryPolicy, S3Options
 from ..store.errors import translate as translate_transport
 from ..store.retry import call_with_retry
+from ..store.session import glue_client as make_glue_client
 from .base import (
     CatalogAccessDeniedError,
     CatalogError,
@@ -87,26 +85,10 @@ _CODES: dict[str, tuple[type[MpcommitError], str]] = {
 
 
 def glue_client(s3: S3Options | None = None, *, endpoint_url: str | None = None, region: str | None = None) -> Any:
-    """A boto3 Glue client with the credentials, profile, region and timeouts of ``s3``.
-
-    The endpoint is ``endpoint_url`` or boto3's own sources (``AWS_ENDPOINT_URL_GLUE``, ``AWS_ENDPOINT_URL``),
-    never the S3 endpoint of ``s3``: an S3-compatible store or an S3 VPC endpoint does not serve Glue.
-    """
-    options = s3 or S3Options()
-    session = boto3.session.Session(
-        profile_name=options.profile,
-        aws_access_key_id=options.access_key_id,
-        aws_secret_access_key=options.secret_access_key,
-        aws_session_token=options.session_token,
-        region_name=region or options.region,
-    )
-    config = Config(
-        retries={"total_max_attempts": 1, "mode": "standard"},  # one retry boundary: ours
-        connect_timeout=options.connect_timeout,
-        read_timeout=options.read_timeout,
-    )
+    """A Glue client with the credentials, profile, region and timeouts of ``s3`` (:func:`mpcommit.store.session.
+    glue_client`: the one place AWS clients are made); a missing region is named as the usage error it is."""
     try:
-        return session.client("glue", endpoint_url=endpoint_url, config=config)
+        return make_glue_client(s3 or S3Options(), endpoint_url=endpoint_url, region=region)
     except Exception as exc:  # noqa: BLE001 - botocore's NoRegionError and friends, without importing them
         if "region" in str(exc).lower():
             raise UsageError("the Glue Data Catalog needs a region: pass --region, set AWS_REGION, or "

@@ -1,5 +1,5 @@
-"""Registering a commit in a catalog: right after it (:func:`register_commit`, what the Spark writer and
-``Job.commit(..., table=...)`` call once the data is committed), or later from the ``_SUCCESS`` it wrote
+"""Registering a commit in a catalog: right after it (:func:`commit_registered` -- check the target, commit,
+register -- the one sequence every caller uses, the Spark writer too), or later from the ``_SUCCESS`` it wrote
 (:func:`sync`, ``mpcommit catalog sync``).
 
 Both run only after the data commit succeeded and never undo it: when the catalog refuses, the error says that
@@ -19,7 +19,9 @@ from ..errors import NoSuchKeyError, UsageError
 from ..modes import CommitOutcome
 from ..options import S3Options
 from ..protocol.commit import CommitReport
+from ..protocol.job import Job
 from ..protocol.layout import parse_uri
+from ..protocol.records.manifest import TaskResult
 from ..protocol.records.success import SuccessData
 from ..store.s3 import S3Store, store_for
 from .base import (
@@ -66,6 +68,18 @@ def check_target(table: "TableName | str", catalog: "Catalog | str | None", *, s
     """The table and catalog a commit is to be registered in, checked before the commit: a misspelt name or an
     unknown catalog is then a usage error, not a committed job whose registration failed."""
     return TableName.parse(table), resolve_catalog(catalog, s3=s3, spark=spark)
+
+
+def commit_registered(job: Job, results: Sequence[TaskResult], *, table: "TableName | str",
+                      catalog: "Catalog | str | None" = None, spark: Any = None, **commit_options: Any) -> CommitReport:
+    """Commit ``job`` and register what it made visible in ``catalog`` (a :class:`Catalog`, "glue" -- the default,
+    with the job's S3 credentials and region -- or "spark"). The table and catalog are checked first: a
+    misspelt name or catalog is a usage error, not a committed job whose registration failed. If registering
+    fails, the data stays committed and CatalogRegistrationError (carrying the report) names the partitions the
+    catalog does not show and the ``mpcommit catalog sync`` command that finishes. ``commit_options`` go to
+    :meth:`Job.commit <mpcommit.protocol.job.Job.commit>`."""
+    name, resolved = check_target(table, catalog, s3=job.spec.s3, spark=spark)
+    return register_commit(job.commit(results, **commit_options), table=name, catalog=resolved)
 
 
 def register_commit(report: CommitReport, *, table: "TableName | str", catalog: Catalog) -> CommitReport:

@@ -34,7 +34,7 @@ class TableNameType(click.ParamType):
 def catalog() -> None:
     """Register committed data in a table catalog: the AWS Glue Data Catalog or a Spark session catalog.
 
-    Writes register themselves when given a table (job.commit(..., table=...), write(..., table=...)); this
+    Writes register themselves when given a table (catalog.commit_registered, write(..., table=...)); this
     finishes a registration that failed after its data commit, or registers a commit made without one.
     """
 

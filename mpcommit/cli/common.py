@@ -22,7 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from ..errors import MpcommitError, UsageError
 from ..options import S3Options
 from ..protocol.layout import Destination, check_job_id, parse_uri
-from ..sizing import human_bytes, parse_duration, parse_size  # noqa: F401 - human_bytes: the CLI modules take it from here
+from ..units import human_bytes, parse_duration, parse_size, utc  # noqa: F401 - human_bytes: the CLI modules take it from here
 from ..store.s3 import S3Store, store_for
 
 
@@ -264,9 +264,7 @@ def human_time(value: datetime | float | int | None) -> str:
         return "?"
     if isinstance(value, (int, float)):
         value = datetime.fromtimestamp(value / 1000, timezone.utc)
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
-    return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return utc(value).astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def short_id(upload_id: str, width: int = 16) -> str:

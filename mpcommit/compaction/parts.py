@@ -147,10 +147,6 @@ class PartPlan:
         return sum(x.length for x in self.stream)
 
     @property
-    def size_estimate(self) -> int:
-        return sum(p.size for p in self.parts) + self.stream_estimate
-
-    @property
     def stream_parts_estimate(self) -> int:
         """How many parts the stream takes (at most; exact when no transform changes a size)."""
         return max(1, math.ceil(self.stream_estimate / self.upload_part_size)) if self.stream else 0

@@ -17,7 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..errors import UsageError
-from ..sizing import MAX_OBJECT_SIZE, parse_size
+from ..sizing import MAX_OBJECT_SIZE
+from ..units import parse_size
 
 #: ``hive.merge.smallfiles.avgsize``: merge a partition when its average file is smaller than this.
 HIVE_SMALL_FILE_AVG = 16_000_000

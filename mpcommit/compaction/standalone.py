@@ -34,14 +34,14 @@ from ..protocol.layout import (
     data_file_name,
     is_hidden_key,
     job_id_of_key,
-    nested_table_of,
     owner_of_key,
     parse_uri,
     table_of,
 )
-from ..protocol.order import TableOrder
+from ..protocol.order import NestedTables, TableOrder
+from ..protocol.task import record_manifest
 from ..protocol.records.job import DeleteEntry
-from ..protocol.records.manifest import INLINE_MAX_PARTS, PendingUpload, TaskManifest, TaskResult
+from ..protocol.records.manifest import PendingUpload, TaskResult
 from ..pool import ProgressHook, run_bounded
 from ..store.s3 import S3Store, store_for
 from .errors import MergeError, SourceChangedError
@@ -154,13 +154,13 @@ class Listing:
 
 def list_candidates(store: S3Store, destination: Destination, fmt: Format | None) -> Listing:
     """List the destination once: data files (hidden ones skipped) become candidates; the jobs whose records
-    the listing shows are noted (their files stay where they are), and a folder holding another table is
-    refused (its jobs are ordered by its own commit order, which this compaction does not take part in)."""
+    the listing shows are noted (their files stay where they are), and a folder holding another table with a
+    job in flight is refused (its jobs are ordered by its own commit order, which this compaction is not in)."""
     candidates: list[Candidate] = []
     kinds: dict[str, FileKind] = {}
     under: Counter[str] = Counter()
     with_records: set[str] = set()
-    table = table_of(destination)
+    nested = NestedTables(table_of(destination))
     listed = ignored = 0
     for obj in store.list_objects(destination.bucket, destination.root):
         directory = obj.key.rsplit("/", 1)[0] + "/" if "/" in obj.key else ""
@@ -170,12 +170,7 @@ def list_candidates(store: S3Store, destination: Destination, fmt: Format | None
                 break
             directory = directory[:-1].rsplit("/", 1)[0] + "/" if "/" in directory[:-1] else ""
         if obj.key.endswith("/") or is_hidden_key(destination, obj.key):
-            other = nested_table_of(table, obj.key)
-            if other is not None:
-                raise UsageError(
-                    f"{destination.uri} holds another table, {other}, which keeps commit records of its own: a "
-                    f"compaction here could merge files of its jobs while they commit. Compact each table by its own "
-                    f"URI (mpcommit compact {other}). Nothing was changed.")
+            nested.add(obj.key)
             owner = owner_of_key(obj.key)
             if owner.root is not None and owner.job_id is not None:
                 with_records.add(owner.job_id)
@@ -189,6 +184,13 @@ def list_candidates(store: S3Store, destination: Destination, fmt: Format | None
             continue
         kinds[obj.key] = kind
         candidates.append(Candidate(obj.key, obj.size, obj.etag, partition, kind.group))
+    busy = nested.in_flight()
+    if busy:
+        other, why = next(iter(sorted(busy.items())))
+        raise UsageError(
+            f"{destination.uri} holds another table, {other}, with a job in flight there ({why}): a compaction here "
+            f"could merge that job's files while it commits. Compact that table by its own URI (mpcommit compact "
+            f"{other}), or wait for its job to end. Nothing was changed.")
     return Listing(candidates, kinds, listed, ignored, under, with_records)
 
 
@@ -391,23 +393,7 @@ def _merge_bin(job: Job, store: S3Store, p: _Planned, parts_pool: Executor, copy
 
 def record_uploads(job: Job, task_id: int, uploads: list[PendingUpload], *, store: S3Store) -> TaskResult:
     """Write a task manifest for uploads made outside a TaskAttempt (merges) and return its result."""
-    spec = job.spec
-    nonce = secrets.token_hex(4)
-    manifest = TaskManifest(
-        job_id=job.job_id, bucket=job.destination.bucket, prefix=job.destination.prefix, task_id=task_id,
-        attempt=0, nonce=nonce, created_ms=int(time.time() * 1000), uploads=tuple(sorted(uploads, key=lambda u: u.key)),
-    )
-    manifest.validate(destination=job.destination, job_id=job.job_id)
-    key = spec.paths.task_manifest(task_id, 0, nonce)
-    store.put_object(job.destination.bucket, key, manifest.to_bytes())
-    rows = [u.rows for u in uploads]
-    return TaskResult(
-        job_id=job.job_id, task_id=task_id, attempt=0, manifest_key=key,
-        manifest=manifest if manifest.part_count <= INLINE_MAX_PARTS else None,
-        files=len(uploads), bytes=sum(u.size for u in uploads),
-        rows=None if any(r is None for r in rows) else sum(rows),  # type: ignore[misc]
-        partitions=tuple(sorted({u.partition for u in uploads})),
-    )
+    return record_manifest(store, job.spec, task_id, 0, secrets.token_hex(4), uploads)
 
 
 def _verify_sources(store: S3Store, bucket: str, planned: list[_Planned], outcomes: list[TaskResult | MergeError],

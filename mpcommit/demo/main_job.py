@@ -28,6 +28,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..errors import UsageError
+from ..options import S3Options
 from ..protocol.commit import CommitReport
 from ..protocol.layout import parse_uri
 from ..protocol.records.success import SuccessData
@@ -127,12 +128,13 @@ def _importable(module: str) -> bool:
 
 
 def _create_bucket(server: EmbeddedS3Server) -> None:
-    # Setup outside the commit protocol, so it goes straight through boto3 rather than mpcommit's store.
-    import boto3
+    # Setup outside the commit protocol (mpcommit never creates buckets): a plain client from the one place
+    # AWS clients are made.
+    from ..store.session import s3_client
 
-    client = boto3.client("s3", endpoint_url=server.endpoint_url, aws_access_key_id=ACCESS_KEY_ID,
-                          aws_secret_access_key=SECRET_ACCESS_KEY, region_name=REGION)
-    client.create_bucket(Bucket=BUCKET)
+    options = S3Options(endpoint_url=server.endpoint_url, access_key_id=ACCESS_KEY_ID,
+                        secret_access_key=SECRET_ACCESS_KEY, region=REGION)
+    s3_client(options)[0].create_bucket(Bucket=BUCKET)
 
 
 def _spark_session(partitions: int) -> Any:

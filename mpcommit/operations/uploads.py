@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import timezone
 from enum import Enum
 from typing import Any
 
@@ -36,9 +36,9 @@ from ..modes import JobState
 from ..protocol.commit import JobCommitter
 from ..protocol.inventory import JobStatus, find_owning_jobs
 from ..protocol.layout import check_job_id, owner_of_key, parse_uri
-from ..sizing import short_duration
+from ..units import epoch_ms, short_duration
 from ..pool import ProgressHook, run_bounded
-from ..store.s3 import S3Store
+from ..store.s3 import S3Store, UploadInfo
 
 log = logging.getLogger(__name__)
 
@@ -77,12 +77,10 @@ class UploadScope:
 
 
 @dataclass(frozen=True)
-class InProgressUpload:
-    """One multipart upload that was started and neither completed nor aborted."""
+class InProgressUpload(UploadInfo):
+    """A pending upload as the store lists it (:class:`~mpcommit.store.s3.UploadInfo`), with the job its key
+    names and, once measured, what it holds."""
 
-    key: str
-    upload_id: str
-    initiated: datetime | None
     job_id: str | None = None
     #: Filled in by ListParts (:func:`measure`); None until then.
     parts: int | None = None
@@ -92,8 +90,7 @@ class InProgressUpload:
         """Seconds since the upload was initiated (None when the store did not say)."""
         if self.initiated is None:
             return None
-        initiated = self.initiated if self.initiated.tzinfo else self.initiated.replace(tzinfo=timezone.utc)
-        return max(0.0, (time.time() if now is None else now) - initiated.timestamp())
+        return max(0.0, (time.time() if now is None else now) - epoch_ms(self.initiated) / 1000)
 
     def to_json(self, now: float | None = None) -> dict[str, Any]:
         age = self.age_seconds(now)

@@ -25,11 +25,10 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
-from typing import Protocol
 
 from ..errors import ManifestError, NoSuchKeyError, OperationCancelledError
 from ..modes import JobState
+from ..units import epoch_ms
 from ..pool import ProgressHook, run_bounded
 from ..store.s3 import ObjectInfo, S3Store, UploadInfo
 from .layout import Destination, JobPaths, job_id_of_hidden_key, job_id_of_key, owner_of_key
@@ -70,11 +69,6 @@ def _seconds_since(ms: int | None, now: float | None) -> float | None:
     return max(0.0, (time.time() if now is None else now) - ms / 1000)
 
 
-class _PendingUpload(Protocol):
-    key: str
-    initiated: datetime | None
-
-
 def read_success(store: S3Store, destination: Destination) -> SuccessData | None:
     """The destination's ``_SUCCESS``, or None when there is none or it cannot be read as one."""
     try:
@@ -98,7 +92,7 @@ class _SuccessFiles:
 
 
 def _status(store: S3Store, destination: Destination, job_id: str, records: Sequence[ObjectInfo], *,
-            successes: _SuccessFiles, uploads: Sequence[_PendingUpload], pending_uploads: int | None) -> JobStatus:
+            successes: _SuccessFiles, uploads: Sequence[UploadInfo], pending_uploads: int | None) -> JobStatus:
     paths = JobPaths(destination, job_id)
     keys = {o.key for o in records}
     descriptor = None
@@ -113,8 +107,8 @@ def _status(store: S3Store, destination: Destination, job_id: str, records: Sequ
     else:
         success = successes.of(destination)
         state = JobState.COMMITTED if success is not None and success.job_id == job_id else JobState.WRITING
-    record_stamps = [_ms(o.last_modified) for o in records if o.last_modified is not None]
-    upload_stamps = [_ms(u.initiated) for u in uploads if u.initiated is not None]
+    record_stamps = [epoch_ms(o.last_modified) for o in records if o.last_modified is not None]
+    upload_stamps = [epoch_ms(u.initiated) for u in uploads if u.initiated is not None]
     created = descriptor.created_ms if descriptor else min(record_stamps, default=None)
     signs_of_life = record_stamps + upload_stamps + ([descriptor.created_ms] if descriptor else [])
     return JobStatus(
@@ -135,11 +129,6 @@ def _claim_state(store: S3Store, destination: Destination, job_id: str) -> JobSt
     except ManifestError:
         return JobState.COMMITTING
     return JobState.ROLLING_BACK if isinstance(claim, JobRollback) else JobState.COMMITTING
-
-
-def _ms(value: datetime) -> int:
-    aware = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
-    return int(aware.timestamp() * 1000)
 
 
 def committing_jobs(store: S3Store, destination: Destination) -> set[str]:
@@ -180,7 +169,7 @@ def list_jobs(store: S3Store, destination: Destination, *, with_bytes: bool = Fa
 
 
 # ---------------------------------------------------------------- the jobs owning some uploads
-def find_owning_jobs(store: S3Store, bucket: str, uploads: Iterable[_PendingUpload], *, threads: int,
+def find_owning_jobs(store: S3Store, bucket: str, uploads: Iterable[UploadInfo], *, threads: int,
                      cancel: threading.Event | None = None,
                      progress: ProgressHook | None = None) -> dict[str, JobStatus]:
     """For each job id that ``uploads`` (listed under any prefix of ``bucket``) carry, the job's status if it
@@ -190,7 +179,7 @@ def find_owning_jobs(store: S3Store, bucket: str, uploads: Iterable[_PendingUplo
     directory) upwards, one small listing per level, until ``_temporary/mpcommit/JOBID/`` is found. Jobs are
     probed in parallel. Raises OperationCancelledError when ``cancel`` is set before the end.
     """
-    by_job: dict[str, list[_PendingUpload]] = defaultdict(list)
+    by_job: dict[str, list[UploadInfo]] = defaultdict(list)
     root_hint: dict[str, str] = {}
     for u in uploads:
         owner = owner_of_key(u.key)

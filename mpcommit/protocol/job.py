@@ -15,7 +15,6 @@ import threading
 import time
 from collections.abc import Sequence
 from enum import Enum
-from typing import TYPE_CHECKING
 
 from ..errors import (
     CommitStateUnknownError,
@@ -39,8 +38,6 @@ from .records.manifest import TaskResult
 from .records.success import SuccessData
 from .task import JobSpec
 
-if TYPE_CHECKING:
-    from ..catalog.base import Catalog, TableName
 
 
 class _Ended(Enum):
@@ -173,8 +170,7 @@ class Job:
                    overwrite_bucket_root=overwrite_bucket_root)
 
     def commit(self, results: Sequence[TaskResult], *, extra_timings: dict[str, float] | None = None,
-               delete: Sequence[DeleteEntry] = (), table: str | TableName | None = None,
-               catalog: Catalog | str | None = None, merged: Sequence[MergedFile] = (),
+               delete: Sequence[DeleteEntry] = (), merged: Sequence[MergedFile] = (),
                since: OrderSnapshot | None = None) -> CommitReport:
         """Complete exactly the given attempts (one per task id), abort every other upload of the job, apply
         the mode, write ``_SUCCESS`` and remove the job's records.
@@ -185,21 +181,9 @@ class Job:
         (:meth:`mpcommit.protocol.order.TableOrder.snapshot`): the commit gives up with CommitConflictError,
         nothing of it visible, if an earlier job replaced those sources meanwhile.
 
-        ``table`` ("db.name") is a shorthand for :func:`mpcommit.catalog.register_commit` after the commit: the
-        partitions and statistics the commit made visible are registered in ``catalog`` (a
-        :class:`~mpcommit.catalog.Catalog`, or "glue", the default), and the report's ``catalog`` says what
-        changed. If that fails, the data stays committed and CatalogRegistrationError (carrying this report)
-        names the partitions the catalog does not show and the ``mpcommit catalog sync`` command that finishes.
+        Registering the commit in a catalog is the catalog's business, above the protocol:
+        :func:`mpcommit.catalog.commit_registered` commits and registers in one call.
         """
-        if table is None and catalog is not None:
-            raise UsageError("job.commit(catalog=...) needs table='db.name' to register into")
-        target = None
-        if table is not None:
-            # The catalog sits above the protocol, loaded only when a commit names a table. Checked before
-            # anything is committed: a misspelt name or catalog is a usage error, not a half-done job.
-            from ..catalog.sync import check_target, register_commit
-
-            target = check_target(table, catalog, s3=self.spec.s3)
         if not self.ignored:
             # A dynamic overwrite replaces the whole root when files were written there (no partition).
             check_bucket_root_overwrite(self.destination, self.descriptor.mode, self.descriptor.partition_overwrite,
@@ -220,10 +204,7 @@ class Job:
                 self._finished = None
             raise
         self._stop_heartbeat()
-        if target is None:
-            return report
-        table_name, resolved = target
-        return register_commit(report, table=table_name, catalog=resolved)
+        return report
 
     def abort(self) -> AbortReport:
         """Abort every upload of this job and remove its records; nothing of it is visible afterwards."""

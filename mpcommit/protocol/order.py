@@ -46,7 +46,7 @@ from ..pool import ProgressHook
 from ..store.conditional import ConditionalWrites
 from ..store.s3 import S3Store
 from .heartbeat import Pulse
-from .layout import JobPaths, Table
+from .layout import JobPaths, Table, nested_table_of
 from .records.order import (
     OrderEntry,
     OrderOutcome,
@@ -301,3 +301,43 @@ class TableOrder:
             for p in doomed:
                 self._entries.pop(p, None)
 
+
+class NestedTables:
+    """Other tables inside a scope, told from the keys of a listing of it: their commit orders and job records.
+    A nested table with a job in flight (an open place, or a job's records) cannot be overwritten or compacted
+    from outside, whose jobs its order does not see; an idle one is just files."""
+
+    def __init__(self, table: Table):
+        self.table = table
+        self._places: dict[str, set[int]] = {}
+        self._ended: dict[str, set[int]] = {}
+        self._jobs: dict[str, set[str]] = {}
+
+    def add(self, key: str) -> None:
+        other = nested_table_of(self.table, key)
+        if other is None:
+            return
+        rel = key[len(other_root(self.table, other)):]
+        if rel.startswith("_mpcommit/order/"):
+            parsed = parse_order_name(rel[len("_mpcommit/order/"):])
+            if parsed is not None:
+                (self._ended if parsed[1] else self._places).setdefault(other, set()).add(parsed[0])
+        elif rel.startswith("_temporary/mpcommit/"):
+            self._jobs.setdefault(other, set()).add(rel.split("/")[2] if rel.count("/") >= 2 else "")
+
+    def in_flight(self) -> dict[str, str]:
+        """{table URI: why} for every nested table with a job in flight."""
+        out: dict[str, str] = {}
+        for uri, places in self._places.items():
+            open_places = places - self._ended.get(uri, set())
+            if open_places:
+                out[uri] = f"place {min(open_places)} of its commit order is open"
+        for uri, jobs in self._jobs.items():
+            out.setdefault(uri, f"job {sorted(jobs)[0]} has records there")
+        return out
+
+
+def other_root(table: Table, uri: str) -> str:
+    """The key prefix ("a/b/") of the table at ``uri`` in ``table``'s bucket."""
+    prefix = uri.split("://", 1)[1].partition("/")[2]
+    return f"{prefix}/" if prefix else ""

@@ -14,7 +14,7 @@ from enum import Enum
 from ..errors import JobRolledBackError, JobStateError, MpcommitError, NoSuchKeyError
 from ..modes import JobState
 from ..options import OrderSettings, S3Options
-from ..sizing import short_duration
+from ..units import short_duration
 from ..store.s3 import S3Store, store_for
 from .commit import DEFAULT_COMMIT_THREADS, CommitReport, JobCommitter
 from .inventory import JobStatus, list_jobs
@@ -54,12 +54,15 @@ def recover(
     on_action: Callable[[RecoveryAction], None] | None = None,
     dry_run: bool = False,
     order: OrderSettings | None = None,
+    finish_commits: bool = True,
 ) -> list[RecoveryAction]:
     """Finish every committing job (or only ``job_id``) from its journal; roll back uncommitted jobs that showed
     no sign of life (a record, its driver's heartbeat or a new upload) for ``older_than`` seconds, by the
     store's clock, or the named job. A job active more recently is left alone: it may be live. Jobs whose
     destination is a partition of this one's table and that hold an open place in its commit order are found
-    through the order. ``dry_run`` says what would be done and changes nothing."""
+    through the order. ``dry_run`` says what would be done and changes nothing. ``finish_commits=False`` leaves
+    interrupted commits alone (reported as skipped: finishing one makes data visible, a decision some sites
+    keep for a person), while still ending interrupted rollbacks and removing dead jobs' records."""
     dest = parse_uri(destination) if isinstance(destination, str) else destination
     store = store or store_for(s3 or S3Options())
     actions: list[RecoveryAction] = []
@@ -69,8 +72,12 @@ def recover(
             continue
         committer = JobCommitter(store, status.destination, status.job_id, threads=threads, order=order)
         try:
-            action = _recover_one(committer, status, named=job_id is not None, older_than=older_than, now=now,
-                                  dry_run=dry_run)
+            if status.state is JobState.COMMITTING and not finish_commits:
+                action = RecoveryAction(status.job_id, RecoveryOutcome.SKIPPED, "its commit was interrupted: finish "
+                                        f"it with `mpcommit jobs recover {status.destination.uri} --job {status.job_id}`")
+            else:
+                action = _recover_one(committer, status, named=job_id is not None, older_than=older_than, now=now,
+                                      dry_run=dry_run)
         except MpcommitError as exc:
             action = RecoveryAction(status.job_id, RecoveryOutcome.FAILED, " ".join(str(exc).split()))
         actions.append(action)

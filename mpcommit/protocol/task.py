@@ -10,6 +10,7 @@ import logging
 import secrets
 import threading
 import time
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -180,23 +181,8 @@ class TaskAttempt:
                 f"task {self.task_id} attempt {self.attempt} has writers still open ({still_open[:3]}...): "
                 "close every writer (leave its `with` block) before committing the task"
             )
-        uploads = tuple(sorted(self._uploads, key=lambda u: u.key))
-        staged = tuple(sorted(self._staged, key=lambda s: s.key))
-        manifest = TaskManifest(
-            job_id=self.spec.job_id, bucket=self.spec.destination.bucket, prefix=self.spec.destination.prefix,
-            task_id=self.task_id, attempt=self.attempt, nonce=self.nonce, created_ms=int(time.time() * 1000),
-            uploads=uploads, staged=staged,
-        )
-        manifest.validate(destination=self.spec.destination, job_id=self.spec.job_id)
-        manifest_key = self.spec.paths.task_manifest(self.task_id, self.attempt, self.nonce)
-        self._store.put_object(self.spec.destination.bucket, manifest_key, manifest.to_bytes())
-        self._result = TaskResult(
-            job_id=self.spec.job_id, task_id=self.task_id, attempt=self.attempt, manifest_key=manifest_key,
-            manifest=manifest if manifest.part_count <= INLINE_MAX_PARTS else None,
-            files=len(uploads) + len(staged), bytes=manifest.bytes,
-            rows=merge_rows([u.rows for u in uploads] + [s.rows for s in staged]),
-            partitions=tuple(sorted({u.partition for u in uploads} | {s.partition for s in staged})),
-        )
+        self._result = record_manifest(self._store, self.spec, self.task_id, self.attempt, self.nonce,
+                                       self._uploads, self._staged)
         self._close_pool()
         faults.checkpoint("task.after_commit")
         return self._result
@@ -238,3 +224,27 @@ class TaskAttempt:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         if exc_type is not None or self._result is None:
             self.abort()
+
+
+def record_manifest(store: S3Store, spec: JobSpec, task_id: int, attempt: int, nonce: str,
+                    uploads: Iterable[PendingUpload], staged: Iterable[StagedFile] = ()) -> TaskResult:
+    """Write one task attempt's manifest -- its pending uploads and staged files, validated (I7) -- and return
+    the small result the driver commits. What ``TaskAttempt.commit`` does, and what a compaction does for
+    uploads it made itself, one per bin."""
+    uploads = tuple(sorted(uploads, key=lambda u: u.key))
+    staged = tuple(sorted(staged, key=lambda s: s.key))
+    manifest = TaskManifest(
+        job_id=spec.job_id, bucket=spec.destination.bucket, prefix=spec.destination.prefix,
+        task_id=task_id, attempt=attempt, nonce=nonce, created_ms=int(time.time() * 1000),
+        uploads=uploads, staged=staged,
+    )
+    manifest.validate(destination=spec.destination, job_id=spec.job_id)
+    manifest_key = spec.paths.task_manifest(task_id, attempt, nonce)
+    store.put_object(spec.destination.bucket, manifest_key, manifest.to_bytes())
+    return TaskResult(
+        job_id=spec.job_id, task_id=task_id, attempt=attempt, manifest_key=manifest_key,
+        manifest=manifest if manifest.part_count <= INLINE_MAX_PARTS else None,
+        files=len(uploads) + len(staged), bytes=manifest.bytes,
+        rows=merge_rows([u.rows for u in uploads] + [s.rows for s in staged]),
+        partitions=tuple(sorted({u.partition for u in uploads} | {s.partition for s in staged})),
+    )

@@ -19,9 +19,7 @@ from datetime import datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-import boto3
-from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError
 from botocore.handlers import set_list_objects_encoding_type_url
 
 from ..errors import (
@@ -32,7 +30,6 @@ from ..errors import (
     NoSuchKeyError,
     NoSuchUploadError,
     StoreError,
-    UsageError,
 )
 from ..options import S3Options
 from .errors import translate
@@ -40,6 +37,7 @@ from .crt_complete import CrtCompleter, crt_available
 from .lean import LeanCompleter, lean_available
 from .listing import ListedPage, PageSequence, round_trips_unencoded
 from .retry import call_with_retry
+from .session import s3_client
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +128,7 @@ class S3Store:
         self._credentials: Any | None = None
         self._ca_bundle: str | None = None
         if client is None:
-            client, self._credentials, self._ca_bundle = _make_client_and_credentials(options)
+            client, self._credentials, self._ca_bundle = s3_client(options)
         self._client = client
         self._lean: LeanCompleter | CrtCompleter | None = None
         self._lean_checked = False
@@ -598,41 +596,4 @@ def store_for(options: S3Options) -> S3Store:
 
 
 def _make_client(options: S3Options) -> Any:
-    """A boto3 client for ``options``. A profile that does not exist or a malformed endpoint is the caller's
-    configuration mistake: it surfaces as UsageError, not as a raw botocore exception."""
-    return _make_client_and_credentials(options)[0]
-
-
-def _make_client_and_credentials(options: S3Options) -> tuple[Any, Any, str | None]:
-    """A boto3 client for ``options``, the credentials it signs with (None when there are none) and the CA
-    bundle it verifies TLS with when one is configured (AWS_CA_BUNDLE or the profile's ca_bundle)."""
-    try:
-        return _session_client(options)
-    except (BotoCoreError, ValueError) as exc:
-        raise UsageError(f"cannot set up an S3 client: {exc} (check --profile/AWS_PROFILE and --endpoint-url/"
-                         "AWS_ENDPOINT_URL)") from exc
-
-
-def _session_client(options: S3Options) -> tuple[Any, Any, str | None]:
-    session = boto3.session.Session(
-        profile_name=options.profile,
-        aws_access_key_id=options.access_key_id,
-        aws_secret_access_key=options.secret_access_key,
-        aws_session_token=options.session_token,
-        region_name=options.region,
-    )
-    config = Config(
-        s3={"addressing_style": options.addressing_style},
-        # One retry boundary: ours (tenacity). botocore's own retries are off.
-        retries={"total_max_attempts": 1, "mode": "standard"},
-        max_pool_connections=options.max_pool_connections,
-        connect_timeout=options.connect_timeout,
-        read_timeout=options.read_timeout,
-        # We send our own CRC32 on parts; don't have botocore add checksums to every other request.
-        request_checksum_calculation="when_required",
-        response_checksum_validation="when_required",
-    )
-    client = session.client("s3", endpoint_url=options.endpoint_url, config=config)
-    core = getattr(session, "_session", None)  # botocore's session: where boto3 resolves ca_bundle too
-    ca_bundle = core.get_config_variable("ca_bundle") if core is not None else None
-    return client, session.get_credentials(), ca_bundle
+    return s3_client(options)[0]

@@ -322,10 +322,12 @@ def test_a_malformed_table_or_a_catalog_without_table_is_refused_before_the_comm
             out.write(b"x\n")
         result = task.commit()
 
+    from mpcommit.catalog import commit_registered
+
     with pytest.raises(UsageError, match="db.table"):
-        job.commit([result], table="orders", catalog=glue)
-    with pytest.raises(UsageError, match="needs table="):
-        job.commit([result], catalog=glue)
+        commit_registered(job, [result], table="orders", catalog=glue)
+    with pytest.raises(UsageError, match="neither a Catalog"):
+        commit_registered(job, [result], table="db.orders", catalog="hive")
     assert visible_keys(moto_backend.client, bucket, "t") == set()  # nothing committed, the job still can be
     assert job.commit([result]).files == 1
 

@@ -88,3 +88,36 @@ def test_sigint_stops_cleanly_and_reports_what_was_done(moto_backend):
     assert summary, log
     assert int(summary.group(1)) == aborted and 1 <= aborted < 120
     assert len(pending_uploads(backend.client, bucket, "t")) == 120 - aborted == int(summary.group(2))
+
+
+def test_dead_jobs_records_go_and_interrupted_commits_are_left_for_a_person(moto_backend):
+    """With --older-than the script also removes the records a dead job left under _temporary/ (they stayed
+    for ever before), and logs an interrupted commit for `mpcommit jobs recover` instead of finishing it."""
+    import pytest
+
+    from mpcommit import Job
+    from mpcommit.errors import CommitStateUnknownError
+    from mpcommit.options import OrderSettings
+    from mpcommit.protocol import faults
+    from tests.support.invariants import job_records
+    from tests.support.jobs import write_task
+
+    backend = moto_backend
+    bucket = backend.new_bucket()
+    uri = f"s3://{bucket}/t"
+    quiet = OrderSettings(heartbeat_seconds=3600, lease_seconds=7200)  # one beat, at creation
+    dead = Job.create(uri, s3=backend.options, order=quiet)
+    stuck = Job.create(uri, s3=backend.options, order=quiet)
+    ref = write_task(stuck, 0, {"dt=1": b"x\n"})
+    with faults.installed(faults.fail_at("commit.after_journal")), pytest.raises(CommitStateUnknownError):
+        stuck.commit([ref])
+    time.sleep(1.5)
+    result = run_script(backend)("--older-than", "1s", "--json", uri)
+    assert result.returncode == 0, result
+    assert re.search(rf"job {dead.job_id} rolled_back: ", result.stderr), result.stderr
+    assert re.search(rf"job {stuck.job_id} skipped: its commit was interrupted: finish it with `mpcommit jobs "
+                     "recover", result.stderr), result.stderr
+    assert result.json()["destinations"][0]["records"]["rolled_back"] == 1
+    assert not job_records(backend.client, bucket, "t", dead.job_id)
+    assert job_records(backend.client, bucket, "t", stuck.job_id)  # left for a person: its data waits
+    assert len(pending_uploads(backend.client, bucket, "t")) == 1

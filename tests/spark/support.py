@@ -60,11 +60,12 @@ JOB_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{1
 
 def files(client: Any, bucket: str, prefix: str) -> list[tuple[str, int]]:
     """(relative key, size) of every object under ``prefix``, job ids replaced by JOB (several jobs' files may be
-    there), _SUCCESS left out (it carries times and the job id; its fields are compared through the report)."""
+    there), _SUCCESS and the table's commit order left out (they carry times, host names and job ids; their
+    fields are compared through the report)."""
     out = []
     for o in list_objects(client, bucket, f"{prefix}/"):
         relative = o["Key"][len(prefix) + 1:]
-        if relative != "_SUCCESS":
+        if relative != "_SUCCESS" and not relative.startswith("_mpcommit/"):
             out.append((JOB_ID.sub("JOB", relative), o["Size"]))
     return sorted(out)
 

@@ -19,11 +19,10 @@ from mpcommit.sizing import (
     check_schedule_reaches_limit,
     crc32_b64,
     multipart_etag,
-    parse_duration,
-    parse_size,
     part_size_for,
     plan_part_sizes,
 )
+from mpcommit.units import parse_duration, parse_size
 
 DEFAULT = WriterSettings()
 

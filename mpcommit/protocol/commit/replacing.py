@@ -11,8 +11,8 @@ from ...errors import CommitFailedError, MpcommitError
 from ...pool import ProgressHook
 from ...store.s3 import DELETE_BATCH, S3Store
 from .. import faults
-from ..layout import Destination, is_hidden_key, nested_table_of, owner_of_key, table_of
-from ..order import TableOrder
+from ..layout import Destination, is_hidden_key, owner_of_key, table_of
+from ..order import NestedTables, TableOrder
 from ..records.job import CommitJournal
 from ..records.manifest import TaskManifest
 from ..records.order import OrderEntry
@@ -39,28 +39,27 @@ class Replacer:
     def check_scope(self, replace: Sequence[str]) -> None:
         """Before the journal: list the scope an overwrite replaces, so that a server whose listing cannot be
         proven complete stops the commit while nothing is visible yet (I8), not after the new files are; and
-        refuse a scope that holds another table, whose jobs this one's commit order cannot see."""
+        refuse a scope that holds another table with a job in flight, whose commit order cannot see this job."""
         bucket = self.destination.bucket
+        nested = NestedTables(self.table)
 
-        def nested_table(rel: str) -> str | None:
+        def look(rel: str) -> None:
             for obj in self.store.list_objects(bucket, self._scope_prefix(rel)):
-                other = nested_table_of(self.table, obj.key)
-                if other is not None:
-                    return other
-            return None
+                nested.add(obj.key)
 
-        found: list[str] = []
         try:
-            self.context.run(nested_table, replace, on_result=lambda _rel, other: found.append(other) if other else None)
+            self.context.run(look, replace)
         except MpcommitError as exc:
             raise CommitFailedError(f"job {self.job_id} was not committed, nothing was made visible and no old "
                                     f"data was deleted: {exc}") from exc
-        if found:
+        busy = nested.in_flight()
+        if busy:
+            other, why = next(iter(sorted(busy.items())))
             raise CommitFailedError(
                 f"job {self.job_id} was not committed: the scope it would replace in {self.destination.uri} holds "
-                f"another table, {found[0]}, with commit records of its own; an overwrite here would delete that "
-                "table's files without regard to its jobs. Overwrite each table by its own URI. Nothing was made "
-                "visible and nothing was deleted.")
+                f"another table, {other}, with a job in flight there ({why}); an overwrite here would delete that "
+                "table's files without regard to its jobs. Wait for them, or overwrite each table by its own URI. "
+                "Nothing was made visible and nothing was deleted.")
 
     # ------------------------------------------------------------ overwrite
     def older_objects(self, journal: CommitJournal, entry: OrderEntry, order: TableOrder) -> list[str]:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ...modes import CommitMode, CommitOutcome
-from ...sizing import human_bytes
+from ...units import human_bytes
 from ..records.success import PartitionStats
 
 

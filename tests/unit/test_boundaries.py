@@ -1,0 +1,96 @@
+"""The boundaries the package's docstrings and docs/ARCHITECTURE.md claim, checked on the imports themselves
+(every import statement, those inside functions too), so that a claim cannot outlive the code it describes."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "mpcommit"
+
+#: Dependencies point down this list (docs/ARCHITECTURE.md): a module may import its own layer and those
+#: below, never one above.
+LAYERS: dict[str, int] = {
+    "errors": 0, "options": 0, "modes": 0, "sizing": 0, "units": 0, "pool": 0,
+    "store": 1,
+    "protocol": 2,
+    "formats": 3, "compaction": 3, "operations": 3, "catalog": 3,
+    "spark": 4, "cli": 4, "demo": 4,
+}
+
+#: Third-party libraries and the only parts of mpcommit that may import them.
+ONLY_IN: dict[str, tuple[str, ...]] = {
+    "boto3": ("store",),           # the one AWS boundary (store/session.py makes every client, Glue's too)
+    "botocore": ("store",),
+    "awscrt": ("store",),
+    "urllib3": ("store",),
+    "tenacity": ("store.retry",),  # the one retry boundary
+    "pyspark": ("spark", "catalog", "demo"),  # the Spark binding, the Spark session catalog, and the demo job
+    "click": ("cli",),
+    "moto": ("demo",),
+}
+
+
+def modules() -> Iterator[tuple[str, Path]]:
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        yield ".".join(p for p in parts if p != "__init__"), path
+
+
+def imports(name: str, path: Path) -> Iterator[tuple[str, int]]:
+    """(imported module, line) of every import in the module, relative ones resolved to 'mpcommit.x.y'."""
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = ["mpcommit", *package][: len(package) + 1 - (node.level - 1)]
+                yield ".".join(base + ([node.module] if node.module else [])), node.lineno
+            else:
+                yield node.module or "", node.lineno
+
+
+def layer_of(name: str) -> int | None:
+    return LAYERS.get(name.split(".")[0]) if name else None
+
+
+def test_every_module_has_a_layer() -> None:
+    unplaced = sorted(n for n, _ in modules() if n and layer_of(n) is None)
+    assert not unplaced, f"modules outside the layers of docs/ARCHITECTURE.md: {unplaced}"
+
+
+def test_no_import_points_up_the_layers() -> None:
+    upward = []
+    for name, path in modules():
+        if not name:
+            continue  # mpcommit/__init__.py: the public names, from any layer
+        for target, line in imports(name, path):
+            if not target.startswith("mpcommit."):
+                continue
+            inner = target[len("mpcommit."):]
+            if layer_of(inner) is not None and layer_of(inner) > layer_of(name):  # type: ignore[operator]
+                upward.append(f"{name}:{line} -> {inner}")
+    assert not upward, "imports pointing up the layers: " + "; ".join(upward)
+
+
+@pytest.mark.parametrize("library", sorted(ONLY_IN))
+def test_third_party_libraries_stay_behind_their_boundary(library: str) -> None:
+    allowed = ONLY_IN[library]
+    outside = [f"{name}:{line}" for name, path in modules()
+               for target, line in imports(name, path)
+               if target.split(".")[0] == library and not any(name == a or name.startswith(a + ".") for a in allowed)]
+    assert not outside, f"{library} imported outside {allowed}: {outside}"
+
+
+def test_the_boundary_checks_can_fail(tmp_path: Path) -> None:
+    """The checker sees an upward import inside a function, and a library imported where it must not be."""
+    sample = tmp_path / "job.py"
+    sample.write_text("def f():\n    from ..catalog.sync import sync\n    import boto3\n")
+    found = list(imports("protocol.job", sample))
+    assert ("mpcommit.catalog.sync", 2) in found and ("boto3", 3) in found
+    assert layer_of("catalog.sync") > layer_of("protocol.job")  # type: ignore[operator]
