@@ -30,7 +30,7 @@ Pairings (:data:`PAIRINGS`):
 - ``recoveries``: an overwrite whose driver lives, another one SIGKILLed after its journal, and three
   ``recover`` runs racing each other and the live driver;
 - ``mixed``: all of it at once -- two overwrites, an append, a compaction, a job SIGKILLed in its commit (an
-  overwrite or an append) and a ``recover`` after it died.
+  overwrite, an append or a second compaction) and a ``recover`` after it died.
 """
 
 from __future__ import annotations
@@ -64,7 +64,8 @@ ORDER = {"heartbeat_seconds": 0.5, "lease_seconds": 3.0, "poll_seconds": 0.2}
 WINDOW = 1.5
 #: Where a killed job dies (checkpoints of mpcommit.protocol.faults; ``k`` counts completes / delete batches).
 KILL_POINTS = ("commit.after_place:1", "commit.after_journal:1", "commit.after_complete:1", "commit.after_complete:2",
-               "commit.before_delete_batch:1", "commit.before_success:1", "commit.after_success:1")
+               "commit.before_delete_batch:1", "commit.before_success:1", "commit.after_success:1",
+               "commit.during_cleanup:1")
 #: For recoveries to race over: points after the journal.
 JOURNALED_KILL_POINTS = KILL_POINTS[1:]
 PROCESS_TIMEOUT = 180.0
@@ -168,11 +169,15 @@ def plan_recoveries(rng: random.Random) -> tuple[list[Proc], list[Proc]]:
 
 def plan_mixed(rng: random.Random) -> tuple[list[Proc], list[Proc]]:
     """Everything at once: two overwrites, an append, a compaction, a job killed in its commit, a recovery."""
-    # An append deletes nothing: it dies at a point it reaches.
-    killed = (_overwrite(rng, "k", rng.uniform(0, WINDOW), kill=KILL_POINTS) if rng.random() < 0.7 else
-              Proc("k", "write", rng.uniform(0, WINDOW), "append", "static",
-                   _files(rng, sorted(rng.sample(PARTITIONS, 2))),
-                   kill=_kill_point(rng, tuple(p for p in KILL_POINTS if "delete" not in p), 2)))
+    which = rng.random()
+    if which < 0.5:
+        killed = _overwrite(rng, "k", rng.uniform(0, WINDOW), kill=KILL_POINTS)
+    elif which < 0.7:  # an append deletes nothing: it dies at a point it reaches
+        killed = Proc("k", "write", rng.uniform(0, WINDOW), "append", "static",
+                      _files(rng, sorted(rng.sample(PARTITIONS, 2))),
+                      kill=_kill_point(rng, tuple(p for p in KILL_POINTS if "delete" not in p), 2))
+    else:  # a second compaction, killed (when it has something to merge)
+        killed = Proc("k", "compact", rng.uniform(0, WINDOW), kill=_kill_point(rng, KILL_POINTS, 1))
     return _seed_jobs(rng, 3), [
         _overwrite(rng, "o1", rng.uniform(0, WINDOW)), _overwrite(rng, "o2", rng.uniform(0, WINDOW)),
         _append(rng, "a", rng.uniform(0, WINDOW)), Proc("c", "compact", rng.uniform(0, WINDOW)), killed,
@@ -453,8 +458,10 @@ def _action(a: dict[str, Any], names: dict[str, str]) -> str:
     """``job:action``, and for a job found finished: by this run, by another process (elsewhere), or already
     committed so that only its records were left (records)."""
     text = f"{names.get(a['job_id'], a['job_id'][:8])}:{a['action']}"
-    if a["action"] == "finished":
-        text += " (elsewhere)" if a.get("finished_elsewhere") else "" if a.get("position") is not None else " (records)"
+    if a["action"] == "finished" and (a.get("finished_elsewhere") or "another process" in a.get("detail", "")):
+        text += " (elsewhere)"
+    elif a["action"] == "finished" and a.get("position") is None:
+        text += " (records)"  # committed already: only its records were left
     return text
 
 

@@ -37,8 +37,8 @@ def _outcomes(group: list[dict[str, Any]]) -> str:
                 # What the recoveries did, by action, rather than "ok" (they always report).
                 for a in p.get("actions", []):
                     action = a.split(":", 1)[1]
-                    if action.startswith("finished"):
-                        c[f"recover finished{' (elsewhere)' if 'elsewhere' in action else ''}"] += 1
+                    if action.startswith("finished") or action.startswith("rolled_back"):
+                        c[f"recover {action}"] += 1
                 if outcome != "ok":
                     c[f"recover {outcome}"] += 1
                 continue

@@ -177,7 +177,7 @@ def run(spec: dict[str, Any], say: Any, wait_for_start: Any) -> int:
     try:
         result = ROLES[spec["role"]](spec, store, say)
     except Exception as exc:  # noqa: BLE001 - reported, judged by the checker
-        say("end", ok=False, error=type(exc).__name__,
+        say("end", ok=False, error=type(exc).__name__, job_id=getattr(exc, "job_id", None) or None,
             bases=[c.__name__ for c in type(exc).__mro__[1:] if c not in (object, BaseException)],
             message=" ".join(str(exc).split())[:1500], traceback=traceback.format_exc()[-3000:])
         return 1
