@@ -203,19 +203,28 @@ def plan_trial(pairing: str, seed: int, mutant: str | None = None) -> TrialPlan:
 # ---------------------------------------------------------------- running one trial
 _FORK_SERVER: Any = None
 _FORK_LOCK = threading.Lock()
+#: Held while a process starts and while a process's exit status is read. Process.start() polls every child
+#: of this process (multiprocessing's _cleanup), and a fork server's child has one exit status to read: two
+#: threads reading it at once leave one with EOF, which multiprocessing reports as exit code 255.
+_EXIT_STATUS_LOCK = threading.Lock()
 
 
 def fork_server() -> Any:
     """A multiprocessing context whose processes are forked from a server that imported trial_job (and
     mpcommit) once. The server is a fresh interpreter, not a fork of this process (which may run moto's
-    threads)."""
+    threads). Each child runs this process's main module again, as multiprocessing does (under pytest,
+    ``pytest.__main__``): the server imports it too, so that costs nothing per child."""
     global _FORK_SERVER
     with _FORK_LOCK:
         if _FORK_SERVER is None:
             import multiprocessing
 
             ctx = multiprocessing.get_context("forkserver")
-            ctx.set_forkserver_preload(["tests.reliability.trial_job"])
+            preload = ["tests.reliability.trial_job"]
+            main_name = getattr(getattr(sys.modules.get("__main__"), "__spec__", None), "name", None)
+            if main_name:
+                preload.append(main_name)
+            ctx.set_forkserver_preload(preload)
             _FORK_SERVER = ctx
         return _FORK_SERVER
 
@@ -236,7 +245,8 @@ class Running:
         self.process = ctx.Process(target=trial_job.child, args=(spec, f"{proc.kill}:kill" if proc.kill else None,
                                                                  events_out, go_in, str(log)),
                                    name=f"trial-{proc.name}", daemon=True)
-        self.process.start()
+        with _EXIT_STATUS_LOCK:
+            self.process.start()
         events_out.close()  # the child holds the only writing end: EOF when it dies
         go_in.close()
         self._events = events_in
@@ -253,7 +263,11 @@ class Running:
             self.events.append(event)
             if event.get("event") == "ready":
                 self.ready.set()
-        self.process.join()
+        from multiprocessing.connection import wait
+
+        wait([self.process.sentinel])
+        with _EXIT_STATUS_LOCK:
+            self.process.join()
         self.exit_time = time.time()
         self._events.close()
         self.exited.set()
