@@ -1,13 +1,18 @@
 """Races the order trials found (tests/reliability/order_trials.py), each forced here into the one interleaving
 that shows it, so that it is reproduced on every run rather than in a few trials out of hundreds.
 
-Found: two processes rolling back one job at once. A dead job in the commit order is rolled back by whoever
-notices first -- every later overwrite waiting for it takes it over (TableOrder.wait_for_earlier), and `jobs
-abort` or `recover --job` may be run beside them. One rollback lists the job's task manifests, the other
-removes them, and the first then fails reading a manifest that is gone (NoSuchKeyError). Inside an overwrite's
-wait that failure escaped the take-over, after the overwrite's own journal: its commit failed with
-CommitStateUnknownError although nothing was wrong, and the job that reported failure was committed later by
-`recover`. (Trials: moto oncall seed 10 and mixed seed 16 of the first long run.)
+1. Two processes rolling back, or cleaning up after, one job at once. A dead job in the commit order is rolled
+   back by whoever notices first -- every later overwrite waiting for it takes it over
+   (TableOrder.wait_for_earlier) -- and `jobs abort`, `recover --job` or two `recover` runs may act beside
+   them. One lists the job's task manifests, the other removes them, and the first then failed reading a
+   manifest that was gone (NoSuchKeyError). Inside an overwrite's wait that failure escaped the take-over,
+   after the overwrite's own journal: its commit failed with CommitStateUnknownError although nothing was wrong,
+   and the job that reported failure was committed later by `recover`; a `recover` reported ``failed``.
+   (First long run on moto: oncall seeds 10 and 66, mixed 16, 59 and 71; recoveries 53, 63 and 95.) Fixed in
+   protocol/commit/cleanup.py (a manifest gone meanwhile is skipped: the upload listing after it aborts what
+   it named); these tests failed before the fix, on both servers.
+2. Two finishers of one job on one host in one millisecond both report that they finished it (moto oncall seed
+   83): not fixed, marked xfail (see the test).
 """
 
 from __future__ import annotations
@@ -15,18 +20,22 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
 
 import pytest
 
 from mpcommit import Job
+from mpcommit.protocol import faults
 from mpcommit.protocol.commit import JobCommitter
 from mpcommit.protocol.commit.manifests import ManifestReader
 from mpcommit.protocol.order import TableOrder
 from mpcommit.protocol.layout import Table
+from mpcommit.protocol.recovery import RecoveryOutcome, recover
 from mpcommit.store.s3 import S3Store
+from tests.reliability import crash_driver as plan
 from tests.reliability.test_table_order import QUICK, TIMEOUT, expected, kill_overwrite, lines, rows_of, seed
 from tests.support.checks import all_keys, pending_uploads
-from tests.support.invariants import job_records
+from tests.support.invariants import check_committed, job_records
 
 
 class HoldManifestReads:
@@ -46,9 +55,9 @@ class HoldManifestReads:
         monkeypatch.setattr(ManifestReader, "read", read)
 
 
-def _named(name: str, fn, *args):  # noqa: ANN001, ANN202
+def _named(name: str, fn, *args, **kwargs):  # noqa: ANN001, ANN202
     threading.current_thread().name = name
-    return fn(*args)
+    return fn(*args, **kwargs)
 
 
 def test_two_rollbacks_of_one_job_at_once_both_end_it(backend, monkeypatch):
@@ -120,3 +129,78 @@ def test_two_overwrites_taking_over_one_dead_job_both_commit(backend, monkeypatc
     assert order.outcome(y_place.position).outcome.value == "rolled_back"
     assert pending_uploads(backend.client, bucket, "t") == []
     assert not [k for k in all_keys(backend.client, bucket, "t") if "/_temporary/" in k]
+
+
+def test_two_recoveries_of_a_job_killed_in_its_cleanup_both_end_it(backend, monkeypatch):
+    """The same race through `recover`: the driver died during its cleanup (its place ended committed, its
+    journal deleted, its manifests left); two `recover` runs both remove what is left. The one that listed the
+    manifests before the other removed them must not fail on them (trials: moto recoveries seeds 53, 63, 95
+    of the first long run, `recover: failed` with NoSuchKey)."""
+    bucket = backend.new_bucket("mpc-races")
+    seed(backend, bucket)
+    y = kill_overwrite(backend, bucket, "commit.during_cleanup:1")
+    hold = HoldManifestReads(monkeypatch, "first", y)
+    with ThreadPoolExecutor(1) as pool:
+        first = pool.submit(_named, "first", recover, f"s3://{bucket}/t", s3=backend.options)
+        assert hold.reached.wait(TIMEOUT)
+        [second] = recover(f"s3://{bucket}/t", s3=backend.options)
+        assert not job_records(backend.client, bucket, "t", y)
+        hold.release.set()
+        [action] = first.result(TIMEOUT)
+    assert second.action is RecoveryOutcome.FINISHED
+    assert action.action is RecoveryOutcome.FINISHED, action.detail
+    check_committed(backend.client, bucket, "t", y, plan.expected({t: 0 for t in range(plan.TASKS)}))
+
+
+def _two_finishers(backend, monkeypatch, clock) -> list:  # noqa: ANN001
+    """A job killed after its journal; two `recover` runs on one host finish it at once, and both wait for
+    each other after _SUCCESS, right before the end of its place. ``clock``: what time.time() reads in
+    mpcommit.protocol.order."""
+    import mpcommit.protocol.order as order_module
+
+    bucket = backend.new_bucket("mpc-races")
+    seed(backend, bucket)
+    y = kill_overwrite(backend, bucket, "commit.after_journal:1")
+    both = threading.Barrier(2, timeout=TIMEOUT)
+
+    def meet_after_success(name: str, _index: int) -> None:
+        if name == "commit.after_success":
+            both.wait()
+
+    monkeypatch.setattr(order_module, "time", SimpleNamespace(time=clock, monotonic=time.monotonic, sleep=time.sleep))
+    with faults.installed(meet_after_success), ThreadPoolExecutor(2) as pool:
+        runs = [pool.submit(recover, f"s3://{bucket}/t", s3=backend.options, job_id=y) for _ in range(2)]
+        actions = [a for f in runs for a in f.result(TIMEOUT)]
+    assert [a.action for a in actions] == [RecoveryOutcome.FINISHED] * 2
+    check_committed(backend.client, bucket, "t", y, plan.expected({t: 0 for t in range(plan.TASKS)}))
+    return [a for a in actions if a.report is not None and not a.report.finished_elsewhere]
+
+
+def test_two_finishers_one_millisecond_apart_one_says_it_finished(backend, monkeypatch):
+    """The control: the same two finishers, whose clocks read different milliseconds -- one says it finished
+    the job, the other that another process did."""
+    ticks = iter(range(10**6))
+    lock = threading.Lock()
+
+    def clock() -> float:
+        with lock:
+            return 1_800_000_000 + next(ticks) / 1000
+
+    assert len(_two_finishers(backend, monkeypatch, clock)) == 1
+
+
+@pytest.mark.xfail(strict=True, reason="found by the order trials (moto oncall seed 83, first long run): the end of a "
+                   "place is told apart from another process's by its bytes, and two finishers on one host in the "
+                   "same millisecond write the same bytes; see the test's docstring")
+def test_two_finishers_in_one_millisecond_one_says_it_finished(backend, monkeypatch):
+    """The same, with both clocks reading one millisecond (two threads released together read it anyway).
+    Exactly one must say it finished the job; the other, that another process did.
+
+    What happens: TableOrder.end writes ``<position>.done`` with If-None-Match; on 412 it reads the record and,
+    if the bytes equal its own, takes it for its own write whose answer was lost. The record holds the job,
+    place, outcome, time in ms, host name and reason -- nothing that tells two processes of one host apart
+    within a millisecond -- so both take the one record for their own, and both report the job finished by
+    them. (In the trials: the driver and a `recover` both reported committing job x.) The data is right; the
+    reports are not. A random token per writer in the record (or per call, compared instead of the bytes) would
+    tell them apart."""
+    assert len(_two_finishers(backend, monkeypatch, lambda: 1_800_000_000.123)) == 1
