@@ -480,9 +480,11 @@ def _action(a: dict[str, Any], names: dict[str, str]) -> str:
 
 
 def commits_overlapped(procs: dict[str, dict[str, Any]]) -> bool:
-    """Whether the commits of two jobs (from ``commit`` to the process's exit) overlapped in time."""
-    spans = sorted((p["t_commit"], p["t_exit"]) for p in procs.values()
-                   if p["role"] in ("write", "compact") and p.get("t_commit") is not None and p.get("t_exit") is not None)
+    """Whether two jobs overlapped in time where they can race: a write from its ``commit`` to its process's
+    exit, a compaction from its start (its view of the order and its listing) to its exit."""
+    spans = sorted((p["t_start"] if p["role"] == "compact" else p.get("t_commit"), p["t_exit"])
+                   for p in procs.values() if p["role"] in ("write", "compact") and p.get("t_exit") is not None
+                   and (p["t_start"] if p["role"] == "compact" else p.get("t_commit")) is not None)
     return any(b[0] < a[1] for a, b in zip(spans, spans[1:]))
 
 
