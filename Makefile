@@ -1,7 +1,8 @@
 # The two commands a newcomer needs (README.md):  make demo   and   make test
 # Everything they need is installed on first use: the project's venv (.venv) with the extras `demo` (PySpark and
-# moto's S3 server) and `test` (pytest, the Spark Connect client), and LocalStack's own venv (localstack/.venv,
-# kept apart because LocalStack pins its own boto3).
+# moto's S3 server) and `test` (pytest, the Spark Connect client), LocalStack's own venv (localstack/.venv,
+# kept apart because LocalStack pins its own boto3), and versitygw, built from Go at a pinned version into
+# ~/.cache/mpcommit/ (s3servers/install.sh; once per machine).
 
 PYTHON ?= python3
 VENV   := .venv
@@ -9,13 +10,19 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-quick install localstack-install s3a-install bench soak races clean
+.PHONY: demo test test-quick test-seaweedfs install localstack-install s3a-install versitygw-install \
+	seaweedfs-install stores-doc bench soak races clean
 
 demo: $(STAMP)
 	$(VENV)/bin/mpcommit demo
 
-test: $(STAMP) localstack-install s3a-install
+test: $(STAMP) localstack-install s3a-install versitygw-install
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The tiers that run on the Go servers (README, "Tests"), on SeaweedFS: its first build takes ~10-25 minutes of
+# CPU, so `make test` leaves it out.
+test-seaweedfs: $(STAMP) seaweedfs-install
+	MPCOMMIT_TEST_BACKENDS=seaweedfs $(PY) -m pytest -m seaweedfs $(PYTEST_ARGS)
 
 # Without LocalStack: the moto backend only, for a fast loop while editing.
 test-quick: $(STAMP)
@@ -38,6 +45,18 @@ s3a-install: $(STAMP)
 	@bash s3a/install.sh || { status=$$?; \
 	  if [ "$${CI:-}" = "true" ]; then echo "s3a-install failed (exit $$status) and CI=true" >&2; exit $$status; fi; \
 	  echo "s3a-install: continuing without the S3A jars; the s3a tests will be skipped" >&2; }
+
+# The Go S3 servers (s3servers/install.sh: pinned module versions, built once per machine into ~/.cache/mpcommit/).
+# Without a Go toolchain or the module proxy, their tests skip and say why -- except under CI=true, where that
+# fails the run.
+versitygw-install seaweedfs-install: %-install:
+	@bash s3servers/install.sh $* >/dev/null || { status=$$?; \
+	  if [ "$${CI:-}" = "true" ]; then echo "$*-install failed (exit $$status) and CI=true" >&2; exit $$status; fi; \
+	  echo "$*-install: continuing without $*; its tests will be skipped" >&2; }
+
+# docs/STORES.md from the store probes on all four servers (moto, LocalStack, versitygw, SeaweedFS).
+stores-doc: $(STAMP) localstack-install versitygw-install seaweedfs-install
+	$(PY) -m tests.stores.matrix --write
 
 # Everything at once for 10 minutes (SOAK_ARGS="--minutes 60" for longer): docs/RELIABILITY.md, "Soak".
 SOAK_ARGS ?=

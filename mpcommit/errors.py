@@ -114,6 +114,11 @@ class ChecksumMismatchError(StoreError):
     """The checksum S3 computed for uploaded bytes differs from the one computed here."""
 
 
+class UnsupportedRequestError(StoreError):
+    """The S3 server does not implement this request or a header it carries (501 NotImplemented): asking again
+    cannot help (versitygw has no bucket lifecycle; LocalStack no DeleteObject If-Match)."""
+
+
 # ---------------------------------------------------------------- persisted records
 class ManifestError(MpcommitError):
     """A persisted record (job descriptor, task manifest, journal) that must not be acted upon."""

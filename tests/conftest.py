@@ -1,14 +1,20 @@
 """Shared fixtures: real S3 backends for every test.
 
-Backends (both speak S3 over HTTP on 127.0.0.1):
+Backends (all speak S3 over HTTP on 127.0.0.1):
 - ``moto``: moto's server in this process (:class:`mpcommit.demo.embedded_s3.EmbeddedS3Server`), started once per session.
 - ``localstack``: LocalStack 4.13.1 as a host process on a free port, started by the harness on first use
   (``localstack/start.sh``; its log is ``localstack/state/PORT/localstack.log``) and stopped at session end.
+- ``versitygw``, ``seaweedfs``: S3 servers written in Go (independent of the two Python emulators), built once per
+  machine by ``s3servers/install.sh`` (``make versitygw-install`` / ``make seaweedfs-install``) and started per
+  session on free ports by ``s3servers/start.sh`` (:func:`tests.support.servers.start_go_server`). Not built: their
+  tests skip and say how to build them -- except under ``CI=true``, where that fails the run.
 
 Fixtures:
-- ``backend``: parametrized over the selected backends (ids ``moto`` / ``localstack``; the LocalStack case carries
-  the ``localstack`` marker, so ``-m "not localstack"`` runs on moto only).
-- ``moto_backend``, ``localstack_backend``: one backend each.
+- ``backend``: parametrized over the selected backends (ids ``moto`` / ``localstack`` / ``versitygw`` /
+  ``seaweedfs``; each server's case carries its marker, so ``-m "not localstack"`` leaves LocalStack out). The Go
+  servers join only in the tiers of :data:`GO_SERVER_TIERS` and never in a test that runs Spark: see the README.
+- ``server_backend``: as ``backend``, without moto: the servers that run as processes of their own.
+- ``moto_backend``, ``localstack_backend``, ``versitygw_backend``, ``seaweedfs_backend``: one backend each.
 - ``bucket``: a fresh bucket on ``backend``.
 - ``pyarrow_fs``: a ``pyarrow.fs.S3FileSystem`` on ``backend``, an independent C++ client to read data back.
 - ``spark``: the SparkSession every Spark test shares, made once (a JVM start costs about ten seconds) by
@@ -16,8 +22,9 @@ Fixtures:
   task, so that a failed or killed attempt is retried as on a cluster. Tests that need another master run in a
   subprocess: a process holds one SparkContext.
 
-``MPCOMMIT_TEST_BACKENDS`` (default ``moto,localstack``) restricts the backends, e.g. ``MPCOMMIT_TEST_BACKENDS=moto``
-for a quick run without LocalStack; tests that ask for ``localstack_backend`` are then skipped.
+``MPCOMMIT_TEST_BACKENDS`` (default ``moto,localstack,versitygw``) restricts the backends, e.g.
+``MPCOMMIT_TEST_BACKENDS=moto`` for a quick run without a server process, or adds SeaweedFS
+(``moto,localstack,versitygw,seaweedfs``); tests that ask for a backend left out are then skipped.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from __future__ import annotations
 import os
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterator
 
 import boto3
@@ -33,13 +41,21 @@ from botocore.config import Config
 
 from mpcommit.options import RetryPolicy, S3Options
 from tests.support.checks import unencoded_listings
-from tests.support.servers import ServerHandle, start_localstack, start_moto
+from tests.support.servers import GO_SERVERS, ServerHandle, go_server_problem, start_go_server, start_localstack, start_moto
 from tests.support.spark_s3a import spark_session
 
 BACKENDS_ENV = "MPCOMMIT_TEST_BACKENDS"
 #: Rows per Arrow batch handed to a Spark task's Python worker; small, so that tasks see several batches.
 SPARK_BATCH_ROWS = 1000
-ALL_BACKENDS = ("moto", "localstack")
+ALL_BACKENDS = ("moto", "localstack", "versitygw", "seaweedfs")
+#: What ``make test`` runs on: SeaweedFS's first build takes about 25 minutes of CPU, beyond the suite's budget.
+DEFAULT_BACKENDS = ("moto", "localstack", "versitygw")
+#: Where ``backend`` tests run on the Go servers too: folders under tests/ ("" for the files directly in it) and
+#: single files. The rest (spark, catalog, connect, cluster, most of reliability) stay on moto and LocalStack, where
+#: they test mpcommit's own logic rather than the store; the fault matrix and tests/interop pick their own subsets.
+#: reliability's table-order, concurrency and interrupted-commit tests are here: they rest on conditional writes.
+GO_SERVER_TIERS = frozenset({"", "protocol", "compaction", "cli", "stores", "reliability/test_table_order.py",
+                             "reliability/test_concurrency.py", "reliability/test_interrupted_commit.py"})
 
 ACCESS_KEY_ID = "test"
 SECRET_ACCESS_KEY = "test"
@@ -49,7 +65,7 @@ FAST_RETRY = RetryPolicy(max_attempts=4, initial_delay=0.01, max_delay=0.2)
 
 
 def selected_backends() -> list[str]:
-    raw = os.environ.get(BACKENDS_ENV, ",".join(ALL_BACKENDS))
+    raw = os.environ.get(BACKENDS_ENV, ",".join(DEFAULT_BACKENDS))
     names = [name.strip().lower() for name in raw.split(",") if name.strip()]
     unknown = sorted(set(names) - set(ALL_BACKENDS))
     if unknown or not names:
@@ -80,7 +96,7 @@ def raw_s3_client(endpoint_url: str) -> Any:
 class Backend:
     """One S3 server as seen by a test."""
 
-    name: str  # "moto" | "localstack"
+    name: str  # "moto" | "localstack" | "versitygw" | "seaweedfs"
     endpoint_url: str
     options: S3Options  # for mpcommit: test/test credentials, us-east-1, FAST_RETRY
     client: Any = field(repr=False)  # raw boto3 S3 client for assertions
@@ -112,10 +128,36 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # Tests that use LocalStack directly get the marker too, so that -m "not localstack" leaves them out.
+    # Tests that use a server directly get its marker too, so that -m "not localstack" leaves them out.
     for item in items:
-        if {"localstack_backend", "localstack_server"} & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.localstack)
+        names = set(getattr(item, "fixturenames", ()))
+        for server in ("localstack", *GO_SERVERS):
+            if {f"{server}_backend", f"{server}_server"} & names:
+                item.add_marker(getattr(pytest.mark, server))
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """``backend``'s parameters: the selected backends, the Go servers only in :data:`GO_SERVER_TIERS` and never
+    beside Spark (a Spark job tests mpcommit's engine binding, which the store does not change)."""
+    for fixture in ("backend", "server_backend"):
+        if fixture not in metafunc.fixturenames:
+            continue
+        names = [name for name in selected_backends()
+                 if (name not in GO_SERVERS or runs_on_go_servers(metafunc.definition.path, metafunc.fixturenames))
+                 and (fixture == "backend" or name != "moto")]
+        metafunc.parametrize(fixture, [pytest.param(name, marks=_SERVER_MARKS[name], id=name) for name in names],
+                             indirect=True)
+
+
+def runs_on_go_servers(path: Any, fixturenames: Any) -> bool:
+    """Whether a test in file ``path`` using these fixtures runs on the Go servers too (its tier, no Spark)."""
+    tests = Path(__file__).resolve().parent
+    try:
+        rel = Path(path).resolve().relative_to(tests)
+    except ValueError:
+        return False
+    where = {"" if len(rel.parts) == 1 else rel.parts[0], rel.as_posix()}
+    return bool(where & GO_SERVER_TIERS) and not {"spark", "s3a_spark"} & set(fixturenames)
 
 
 # -- servers (session) -----------------------------------------------------------------------------------------
@@ -142,6 +184,33 @@ def localstack_server() -> Iterator[ServerHandle]:
         handle.stop()
 
 
+def _go_server(name: str) -> Iterator[ServerHandle]:
+    if name not in selected_backends():
+        pytest.skip(f"{name} is not in {BACKENDS_ENV}")
+    problem = go_server_problem(name)
+    if problem is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{problem} (CI=true: the {name} tests must run, not skip)", pytrace=False)
+        pytest.skip(problem)
+    handle = start_go_server(name)
+    try:
+        yield handle
+    finally:
+        handle.stop()
+
+
+@pytest.fixture(scope="session")
+def versitygw_server() -> Iterator[ServerHandle]:
+    """versitygw over a temporary folder on free ports; only started when a test needs it."""
+    yield from _go_server("versitygw")
+
+
+@pytest.fixture(scope="session")
+def seaweedfs_server() -> Iterator[ServerHandle]:
+    """SeaweedFS (master, volume, filer and S3 in one process) on free ports; only started when a test needs it."""
+    yield from _go_server("seaweedfs")
+
+
 @pytest.fixture(scope="session")
 def _moto_backend_session(moto_server: ServerHandle) -> Backend:
     return _make_backend("moto", moto_server)
@@ -152,16 +221,35 @@ def _localstack_backend_session(localstack_server: ServerHandle) -> Backend:
     return _make_backend("localstack", localstack_server)
 
 
+@pytest.fixture(scope="session")
+def _versitygw_backend_session(versitygw_server: ServerHandle) -> Backend:
+    return _make_backend("versitygw", versitygw_server)
+
+
+@pytest.fixture(scope="session")
+def _seaweedfs_backend_session(seaweedfs_server: ServerHandle) -> Backend:
+    return _make_backend("seaweedfs", seaweedfs_server)
+
+
 # -- backends --------------------------------------------------------------------------------------------------
 
 
-def _backend_params() -> list[Any]:
-    marks = {"moto": (), "localstack": (pytest.mark.localstack,)}
-    return [pytest.param(name, marks=marks[name], id=name) for name in selected_backends()]
+_SERVER_MARKS: dict[str, tuple[Any, ...]] = {
+    "moto": (), "localstack": (pytest.mark.localstack,),
+    "versitygw": (pytest.mark.versitygw,), "seaweedfs": (pytest.mark.seaweedfs,),
+}
 
 
-@pytest.fixture(params=_backend_params())
+@pytest.fixture
 def backend(request: pytest.FixtureRequest) -> Backend:
+    """One of the selected backends, per :func:`pytest_generate_tests`."""
+    return request.getfixturevalue(f"_{request.param}_backend_session")
+
+
+@pytest.fixture
+def server_backend(request: pytest.FixtureRequest) -> Backend:
+    """One of the selected backends that runs as a server process of its own (all but moto): real Initiated times
+    and ListMultipartUploads paged at 1,000 (moto reports every upload as initiated in 2010 and never pages)."""
     return request.getfixturevalue(f"_{request.param}_backend_session")
 
 
@@ -173,6 +261,16 @@ def moto_backend(_moto_backend_session: Backend) -> Backend:
 @pytest.fixture
 def localstack_backend(_localstack_backend_session: Backend) -> Backend:
     return _localstack_backend_session
+
+
+@pytest.fixture
+def versitygw_backend(_versitygw_backend_session: Backend) -> Backend:
+    return _versitygw_backend_session
+
+
+@pytest.fixture
+def seaweedfs_backend(_seaweedfs_backend_session: Backend) -> Backend:
+    return _seaweedfs_backend_session
 
 
 @pytest.fixture

@@ -30,6 +30,7 @@ LAZY_COMMANDS = {
     "demo": ("mpcommit.cli.demo", "demo"),
     "compact": ("mpcommit.cli.compact", "compact"),
     "catalog": ("mpcommit.cli.catalog", "catalog"),
+    "doctor": ("mpcommit.cli.doctor", "doctor"),
 }
 
 _ENDPOINT_RE = re.compile(r"^https?://[^\s/]+", re.IGNORECASE)

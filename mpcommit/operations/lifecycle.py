@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import UnsupportedRequestError, UsageError
 from ..store.s3 import S3Store
 
 #: The ID of the rule mpcommit installs (and later updates in place).
@@ -131,20 +131,34 @@ def days_of(rule: dict[str, Any]) -> int:
     return int(rule["AbortIncompleteMultipartUpload"]["DaysAfterInitiation"])
 
 
+def _unsupported(bucket: str, exc: UnsupportedRequestError) -> UnsupportedRequestError:
+    return UnsupportedRequestError(
+        f"{exc} -- this S3 server has no bucket lifecycle rules, so it cannot abort incomplete uploads by itself. "
+        f"Run the age-bounded cleanup on a schedule instead: `mpcommit uploads abort s3://{bucket}/PREFIX "
+        "--older-than 7d --yes` (or scripts/cleanup_orphaned_uploads.py) from cron",
+        operation=exc.operation, code=exc.code, bucket=bucket)
+
+
 def show(store: S3Store, bucket: str) -> tuple[list[dict[str, Any]], list[AbortRule]]:
     """The bucket's lifecycle rules, and those among them that abort incomplete uploads."""
-    rules = store.get_lifecycle(bucket).rules
+    try:
+        rules = store.get_lifecycle(bucket).rules
+    except UnsupportedRequestError as exc:
+        raise _unsupported(bucket, exc) from exc
     return rules, abort_rules(rules)
 
 
 def install(store: S3Store, bucket: str, days: int) -> InstallResult:
     """Add (or update) mpcommit's abort rule, keeping every other rule. Idempotent: no write when unchanged."""
     check_days(days)
-    lifecycle = store.get_lifecycle(bucket)
-    rules = lifecycle.rules
-    merged, change = merge(rules, days)
-    if change is not Change.UNCHANGED:
-        # The bucket-wide settings go back as they were read: only our rule changes.
-        store.put_lifecycle(bucket, replace(lifecycle, rules=merged))
+    try:
+        lifecycle = store.get_lifecycle(bucket)
+        rules = lifecycle.rules
+        merged, change = merge(rules, days)
+        if change is not Change.UNCHANGED:
+            # The bucket-wide settings go back as they were read: only our rule changes.
+            store.put_lifecycle(bucket, replace(lifecycle, rules=merged))
+    except UnsupportedRequestError as exc:
+        raise _unsupported(bucket, exc) from exc
     others = tuple(r for r in abort_rules(merged) if not r.ours and r.whole_bucket and r.enabled)
     return InstallResult(change, days, len(rules), len(merged), others)

@@ -62,6 +62,13 @@ _CODES: dict[str, tuple[type[e.StoreError], str]] = {
     "InvalidDigest": (e.ChecksumMismatchError, "the checksum sent is malformed"),
     "XAmzContentChecksumMismatch": (e.ChecksumMismatchError, "the uploaded bytes do not match their checksum"),
     "InvalidRequest": (e.StoreError, "S3 refused the request as invalid"),
+    # Stores that keep keys as files and folders (versitygw's posix backend) cannot put a key below an object's key.
+    "ObjectParentIsFile": (e.StoreError, "a leading part of this key is an object already, and this store keeps keys "
+                           "as files and folders, so nothing can go below it: choose another destination, or move "
+                           "that object away"),
+    # A 5xx that no retry can help: the server lacks the feature (checked before the generic 5xx rule below).
+    "NotImplemented": (e.UnsupportedRequestError, "this S3 server does not implement the request or a header it carries"),
+    "501": (e.UnsupportedRequestError, "this S3 server does not implement the request or a header it carries"),
 }
 
 

@@ -9,6 +9,12 @@ silently missing. An overwrite that trusted it left old files visible beside the
 :class:`PageSequence` is fed the pages in order and names the first reason they cannot form a complete
 listing; the store (``store/s3.py``) decides what to do about it. :func:`round_trips_unencoded` says whether a
 key survives a listing without URL encoding, which is the store's way around the LocalStack defect.
+
+ListMultipartUploads pages by two markers: the last key of a page and the last upload id of that key, so that a
+key with many uploads can span pages. versitygw 1.8 refuses the UploadIdMarker it returned itself
+(``InvalidArgument: Invalid uploadId marker``) and honours KeyMarker alone, which skips the rest of that key's
+uploads. The store then pages by key and lists the boundary key's uploads on their own (``Prefix=key``):
+:func:`uploads_of_key` says whether that one page proves it holds all of them.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ListedPage", "PageSequence", "round_trips_unencoded"]
+__all__ = ["ListedPage", "PageSequence", "round_trips_unencoded", "uploads_of_key"]
 
 
 @dataclass(frozen=True)
@@ -97,6 +103,29 @@ class PageSequence:
         self.problem = problem
         self._after_truncated = False
         return False
+
+
+def uploads_of_key(key: str, entries: Sequence[tuple[str, str]], truncated: bool) -> tuple[list[str], str | None]:
+    """The upload ids of ``key`` on the first page of a ListMultipartUploads under ``Prefix=key`` (``entries`` are
+    its (key, upload id) pairs in the server's order), and why that page does not prove it holds every upload of
+    ``key`` -- None when it does.
+
+    Keys under the prefix ``key`` sort after ``key`` itself, so its uploads come first: the page proves them all
+    when it is not truncated, or when a longer key follows them. A truncated page of nothing but ``key`` (more
+    uploads of one key than a page holds) proves nothing, nor does a page out of order or off the prefix.
+    """
+    keys = [k for k, _ in entries]
+    stray = next((k for k in keys if not k.startswith(key)), None)
+    if stray is not None:
+        return [], f"the listing of the uploads of {key!r} (Prefix={key!r}) showed the key {stray!r} outside that prefix"
+    disorder = next((b for a, b in zip(keys, keys[1:]) if b < a), None)
+    if disorder is not None:
+        return [], f"the listing of the uploads of {key!r} is out of order at {disorder!r}"
+    mine = [upload_id for k, upload_id in entries if k == key]
+    if truncated and (not keys or keys[-1] == key):
+        return mine, (f"the key {key!r} has more pending uploads than one page holds ({len(mine)} listed, truncated), "
+                      "and the server cannot page within one key")
+    return mine, None
 
 
 # XML 1.0 cannot carry most control characters at all, and a parser turns a carriage return into a line

@@ -13,7 +13,7 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from email.utils import parsedate_to_datetime
@@ -35,7 +35,7 @@ from ..options import S3Options
 from .errors import translate
 from .crt_complete import CrtCompleter, crt_available
 from .lean import LeanCompleter, lean_available
-from .listing import ListedPage, PageSequence, round_trips_unencoded
+from .listing import ListedPage, PageSequence, round_trips_unencoded, uploads_of_key
 from .retry import call_with_retry
 from .session import s3_client
 
@@ -137,6 +137,8 @@ class S3Store:
         self._unencoded_client: Any | None = unencoded_listing_client
         self._unencoded_lock = threading.Lock()
         self._warned_listing = False
+        #: The server refuses its own UploadIdMarker (versitygw 1.8): upload listings page by KeyMarker alone.
+        self.pages_uploads_by_key = False
         #: Whether the endpoint ever answered (a wrong endpoint fails at once; a known one is retried).
         self._reached = False
         #: The store's clock minus this host's, once measured (server_time).
@@ -299,27 +301,74 @@ class S3Store:
         return True
 
     def list_multipart_uploads(self, bucket: str, prefix: str = "") -> list[UploadInfo]:
-        """Every pending upload under ``prefix``, across all pages (KeyMarker + UploadIdMarker), proven complete."""
+        """Every pending upload under ``prefix``, across all pages (KeyMarker + UploadIdMarker), proven complete.
+
+        A server that refuses its own UploadIdMarker (versitygw 1.8: ``InvalidArgument``) is paged by KeyMarker
+        alone; the uploads of each page's last key that the next page would skip are listed on their own
+        (:meth:`_add_rest_of_key`), and accepted only when that listing proves it holds them all. The store remembers
+        the refusal (:attr:`pages_uploads_by_key`), so later listings skip the refused request.
+        """
         params: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix}
         check = PageSequence(strict=False)  # a key repeats for each of its uploads
         found: list[UploadInfo] = []
+        seen: set[tuple[str, str]] = set()
         while True:
-            page = self._call("list_multipart_uploads", bucket=bucket, key=prefix, **params)
+            try:
+                page = self._call("list_multipart_uploads", bucket=bucket, key=prefix, **params)
+            except StoreError as exc:
+                if "UploadIdMarker" not in params or exc.code != "InvalidArgument":
+                    raise
+                # The server refused the markers it gave: list the rest of the boundary key on its own, then
+                # continue after that key.
+                self._refuses_upload_id_marker(exc)
+                del params["UploadIdMarker"]
+                self._add_rest_of_key(bucket, prefix, params["KeyMarker"], found, seen)
+                continue
             uploads = [UploadInfo(u["Key"], u["UploadId"], u.get("Initiated")) for u in page.get("Uploads", []) or []]
             _check_under(prefix, [u.key for u in uploads], "list_multipart_uploads", bucket)
-            found.extend(uploads)
-            markers: tuple[str, str] | None = (page.get("NextKeyMarker") or "", page.get("NextUploadIdMarker") or "")
-            if markers == ("", "") and uploads:
+            for upload in uploads:
+                if (upload.key, upload.upload_id) not in seen:
+                    seen.add((upload.key, upload.upload_id))
+                    found.append(upload)
+            next_key, next_id = page.get("NextKeyMarker") or "", page.get("NextUploadIdMarker") or ""
+            if not next_key and not next_id and uploads:
                 # S3 may leave the markers out; clients then continue after the last entry.
-                markers = (uploads[-1].key, uploads[-1].upload_id)
-            more = check.add(ListedPage([u.key for u in uploads], bool(page.get("IsTruncated")),
-                                        markers if markers != ("", "") else None))
-            if not more:
+                next_key, next_id = uploads[-1].key, uploads[-1].upload_id
+            by_key = self.pages_uploads_by_key
+            marker: Hashable | None = (next_key or None) if by_key else ((next_key, next_id) if next_key or next_id else None)
+            if not check.add(ListedPage([u.key for u in uploads], bool(page.get("IsTruncated")), marker)):
                 break
-            params["KeyMarker"], params["UploadIdMarker"] = markers  # type: ignore[misc]
+            params["KeyMarker"] = next_key
+            if by_key:
+                self._add_rest_of_key(bucket, prefix, next_key, found, seen)
+            else:
+                params["UploadIdMarker"] = next_id
         if check.problem is not None:
             raise _inconsistent("list_multipart_uploads", "uploads", bucket, prefix, check.problem)
         return found
+
+    def _refuses_upload_id_marker(self, exc: StoreError) -> None:
+        if not self.pages_uploads_by_key:
+            self.pages_uploads_by_key = True
+            log.warning("the server at %s refused the UploadIdMarker it returned itself (%s); listing pending uploads "
+                        "by key marker, each page's last key listed on its own", self.endpoint, exc.code)
+
+    def _add_rest_of_key(self, bucket: str, prefix: str, key: str, found: list[UploadInfo],
+                         seen: set[tuple[str, str]]) -> None:
+        """Append the uploads of ``key`` not in ``seen`` (the ones paging by key marker would skip), from a listing
+        of that key alone; InconsistentListingError when that listing does not prove it holds them all."""
+        page = self._call("list_multipart_uploads", bucket=bucket, key=key, Bucket=bucket, Prefix=key)
+        entries = page.get("Uploads", []) or []
+        ids, problem = uploads_of_key(key, [(u["Key"], u["UploadId"]) for u in entries], bool(page.get("IsTruncated")))
+        if problem is not None:
+            raise _inconsistent("list_multipart_uploads", "uploads", bucket, prefix, problem,
+                                "the server refuses the UploadIdMarker it returned, so the rest of that key's "
+                                "uploads cannot be listed")
+        initiated = {u["UploadId"]: u.get("Initiated") for u in entries if u["Key"] == key}
+        for upload_id in ids:
+            if (key, upload_id) not in seen:
+                seen.add((key, upload_id))
+                found.append(UploadInfo(key, upload_id, initiated.get(upload_id)))
 
     def list_parts(self, bucket: str, key: str, upload_id: str) -> list[tuple[int, int, str]]:
         """(part number, size, etag) of every part uploaded so far, proven complete."""
@@ -520,6 +569,14 @@ class S3Store:
         if if_match:
             params["IfMatch"] = if_match
         self._call("delete_object", bucket=bucket, key=key, **params)
+
+    # ------------------------------------------------------------ any other request
+    def request(self, operation: str, *, bucket: str, key: str = "", **params: Any) -> dict[str, Any]:
+        """One S3 request by botocore's operation name (``put_object``, ``list_multipart_uploads``...) with botocore's
+        parameters, through the same funnel as every other (security parameters, counts, retries, translated
+        errors); the raw response, ResponseMetadata included. For callers that need a request or a header no
+        method here offers: the store probes of ``mpcommit doctor`` (mpcommit.operations.probes)."""
+        return dict(self._call(operation, bucket=bucket, key=key, Bucket=bucket, **params))
 
     # ------------------------------------------------------------ buckets
     def server_time(self, bucket: str) -> float:

@@ -113,6 +113,8 @@ def test_dry_run_changes_nothing(backend, bucket):
 
 
 def test_lifecycle_rule_is_merged_with_existing_rules_and_idempotent(backend, bucket):
+    if backend.name == "versitygw":
+        pytest.skip("versitygw has no bucket lifecycle: test_lifecycle_where_the_server_has_none_says_so_at_once")
     mpcommit = cli(backend)
     client = backend.client
     existing = [
@@ -148,6 +150,15 @@ def test_lifecycle_rule_is_merged_with_existing_rules_and_idempotent(backend, bu
     shown = mpcommit("lifecycle", bucket, "--json").json()
     assert {r["id"]: r["days"] for r in shown["abortIncompleteRules"]} == {"tmp-uploads": 1, RULE_ID: 3}
 
+
+
+def test_lifecycle_where_the_server_has_none_says_so_at_once(versitygw_backend):
+    """versitygw answers every lifecycle request 501 NotImplemented: a refusal to name, not a 5xx to retry."""
+    bucket = versitygw_backend.new_bucket()
+    for args in (["lifecycle", bucket], ["lifecycle", f"s3://{bucket}", "--abort-incomplete-days", "7"]):
+        result = cli(versitygw_backend)(*args)
+        assert_clean_error(result, 1, "NotImplemented", "no bucket lifecycle rules", "uploads abort", "--older-than")
+        assert "still failed after" not in result.stderr and "retry later" not in result.stderr, result
 
 
 def test_show_prints_the_success_summary(moto_backend):

@@ -1,6 +1,7 @@
-"""The CLI against LocalStack, which reports real Initiated times and paginates ListMultipartUploads at 1,000:
-age-based cleanup and pagination can only be tested here (moto reports every upload as initiated in 2010
-and never paginates)."""
+"""The CLI against the servers that run as processes of their own (LocalStack, versitygw, SeaweedFS), which report
+real Initiated times and paginate ListMultipartUploads: age-based cleanup and pagination can only be tested there
+(moto reports every upload as initiated in 2010 and never paginates). versitygw refuses the UploadIdMarker it
+returns, so its pages are followed by key marker (mpcommit.store.s3.S3Store.list_multipart_uploads)."""
 
 from __future__ import annotations
 
@@ -26,10 +27,10 @@ THRESHOLD_SECONDS = 7
 THRESHOLD = f"{THRESHOLD_SECONDS}s"
 
 
-def test_age_cutoff_live_jobs_and_committing_jobs_on_one_prefix(localstack_backend):
+def test_age_cutoff_live_jobs_and_committing_jobs_on_one_prefix(server_backend):
     """One prefix holding everything an hourly cleanup meets: old and young orphans, a live job that has been
     writing for longer than the threshold, a job whose commit was interrupted, and a sibling table."""
-    backend = localstack_backend
+    backend = server_backend
     mpcommit = cli(backend)
     client = backend.client
     bucket = backend.new_bucket()
@@ -101,8 +102,8 @@ def test_age_cutoff_live_jobs_and_committing_jobs_on_one_prefix(localstack_backe
     assert set(pending_uploads(client, bucket, "t")) == set(young_orphans)
 
 
-def test_more_than_a_thousand_uploads_are_listed_and_aborted_across_pages(localstack_backend):
-    backend = localstack_backend
+def test_more_than_a_thousand_uploads_are_listed_and_aborted_across_pages(server_backend):
+    backend = server_backend
     mpcommit = cli(backend)
     client = backend.client
     bucket = backend.new_bucket()
@@ -126,8 +127,8 @@ def test_more_than_a_thousand_uploads_are_listed_and_aborted_across_pages(locals
           f"aborted in {aborted.json()['seconds']:.1f}s")
 
 
-def test_uploads_list_reports_real_ages(localstack_backend):
-    backend = localstack_backend
+def test_uploads_list_reports_real_ages(server_backend):
+    backend = server_backend
     mpcommit = cli(backend)
     bucket = backend.new_bucket()
     start_uploads(backend.client, bucket, [f"t/{uuid.uuid4().hex}"])

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Backend, selected_backends
+from tests.support.servers import GO_SERVERS
 from tests.support.spark_s3a import point_bucket_at, s3a_jars_problem, session_has_s3a, spark_session
 
 
@@ -42,13 +43,17 @@ def s3a_spark() -> Iterator[Any]:
             session.stop()
 
 
-def on_backends(values: list[Any], *, moto: tuple[Any, ...] = ()) -> list[Any]:
+def on_backends(values: list[Any], *, moto: tuple[Any, ...] = (), go: tuple[Any, ...] = ()) -> list[Any]:
     """Parameters ``(backend name, value)`` for ``@pytest.mark.parametrize("s3a_backend,...", ..., indirect=
     ["s3a_backend"])``: every value on LocalStack, the main target, and those in ``moto`` on moto too. moto serves
     from the test process itself, where every request of Spark's S3A client competes with the driver for the
-    GIL: the same case takes several times longer there, so moto runs a few cases, not the matrix."""
+    GIL: the same case takes several times longer there, so moto runs a few cases, not the matrix. Those in
+    ``go`` run on the Go servers selected too (versitygw in `make test`): S3A against an S3 written apart from
+    both emulators, a case or two, since each is a Spark job."""
     cases = [("localstack", v) for v in values] + [("moto", v) for v in values if v in moto]
-    marks = {"localstack": (pytest.mark.localstack,), "moto": ()}
+    cases += [(name, v) for name in GO_SERVERS for v in values if v in go]
+    marks = {"localstack": (pytest.mark.localstack,), "moto": (), "versitygw": (pytest.mark.versitygw,),
+             "seaweedfs": (pytest.mark.seaweedfs,)}
     return [pytest.param(name, v, marks=marks[name], id=f"{name}-{v}" if v != "" else name) for name, v in cases
             if name in selected_backends()]
 

@@ -74,7 +74,8 @@ def comparable(rows: list[Any]) -> list[tuple]:
     return sorted((tuple(norm(v) for v in row) for row in rows), key=repr)
 
 
-@pytest.mark.parametrize("s3a_backend,fmt", on_backends(list(FORMATS), moto=("parquet",)), indirect=["s3a_backend"])
+@pytest.mark.parametrize("s3a_backend,fmt", on_backends(list(FORMATS), moto=("parquet",), go=("parquet",)),
+                         indirect=["s3a_backend"])
 def test_spark_reads_an_mpcommit_table_as_it_reads_its_own(s3a_spark, s3a_backend: Backend, s3a_bucket: str,
                                                           fmt: str) -> None:
     spark, bucket, backend = s3a_spark, s3a_bucket, s3a_backend

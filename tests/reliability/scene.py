@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from mpcommit import Job, S3Options
 from mpcommit.protocol import faults
-from mpcommit.protocol.layout import Destination
+from mpcommit.protocol.layout import Destination, Table
 from tests.reliability import crash_driver as plan
 
 OLD = {f"t/dt={i % 3}/old-{i}.txt": f"old {i}\n".encode() for i in range(5)}
@@ -38,6 +38,10 @@ class Scene:
     @property
     def uri(self) -> str:
         return f"s3://{self.bucket}/{plan.PREFIX}"
+
+    @property
+    def destination_table(self) -> Table:
+        return Table(self.bucket, plan.PREFIX)
 
 
 def make_scene(backend) -> Scene:

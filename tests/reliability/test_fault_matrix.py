@@ -4,7 +4,8 @@ independent invariant checker (tests/support/invariants.py).
 
 Every case runs in a scene that makes damage visible: old data in the destination (the job is an overwrite),
 another job of the same destination with pending uploads and records, and sibling prefixes -- one of them with a
-pending upload that even carries the job's id. The full matrix runs on moto; a representative subset on LocalStack.
+pending upload that even carries the job's id. The full matrix runs on moto; a representative subset on LocalStack
+and on the Go servers selected (versitygw in `make test`; SeaweedFS with MPCOMMIT_TEST_BACKENDS).
 """
 
 from __future__ import annotations
@@ -19,11 +20,14 @@ from pathlib import Path
 import pytest
 
 from mpcommit import Job
-from mpcommit.errors import CommitStateUnknownError, JobStateError
+from mpcommit.errors import CommitStateUnknownError, JobRolledBackError, JobStateError
+from mpcommit.protocol.commit import JobCommitter
+from mpcommit.protocol.order import TableOrder
 from mpcommit.protocol import faults
 from mpcommit.protocol.records.manifest import TaskResult
 from mpcommit.protocol.inventory import list_jobs
 from mpcommit.protocol.recovery import recover
+from tests.conftest import selected_backends
 from tests.reliability import crash_driver as plan
 from tests.reliability.scene import (
     DELETE_BATCH,
@@ -37,6 +41,7 @@ from tests.reliability.scene import (
     run_job_in_process,
 )
 from tests.support.checks import pending_uploads
+from tests.support.servers import GO_SERVERS
 from tests.support.invariants import (
     bucket_state,
     check_aborted,
@@ -76,8 +81,11 @@ COMMIT_POINTS = [Point("commit.after_journal"), Point("commit.after_complete", 1
                  Point("commit.before_delete_batch", 2), Point("commit.before_success"), Point("commit.after_success"),
                  Point("commit.during_cleanup")]
 ALL_POINTS = WORKER_POINTS + COMMIT_POINTS
+#: The commit barrier's own points: a commit holding its place before its journal, a rollback holding the journal
+#: key before it aborted anything (test_a_failure_at_the_commit_barrier, below).
+BARRIER_POINTS = [Point("commit.after_place"), Point("rollback.after_claim")]
 # Every checkpoint name of the library is in the matrix.
-assert {p.name for p in ALL_POINTS} == set(faults.POINTS)
+assert {p.name for p in ALL_POINTS + BARRIER_POINTS} == set(faults.POINTS)
 
 LOCALSTACK_SUBSET = {
     ("raise", "writer.part_uploaded:2"), ("kill", "task.after_commit:1"),
@@ -101,6 +109,10 @@ def _cases(follow_ups_worker: tuple[str, ...]) -> list:
                 if (how, p.id) in LOCALSTACK_SUBSET:
                     params.append(pytest.param("localstack", how, p, follow, marks=pytest.mark.localstack,
                                                id=f"localstack-{how}-{p.id}-{follow}"))
+                    # The same subset on a Go server: an S3 written apart from both Python emulators.
+                    for go in [name for name in GO_SERVERS if name in selected_backends()]:
+                        params.append(pytest.param(go, how, p, follow, marks=getattr(pytest.mark, go),
+                                                   id=f"{go}-{how}-{p.id}-{follow}"))
     return params
 
 
@@ -213,6 +225,47 @@ def _commit_case(scene: Scene, how: str, point: Point, before, reference: str) -
                            may_delete=is_old, may_write=is_success)  # I6
     # The other job is still writing and can still commit its own work afterwards.
     assert len(pending_uploads(scene.client, scene.bucket, "t")) == 1
+
+
+@pytest.mark.parametrize("how", ["raise", "kill"])
+def test_a_failure_at_the_commit_barrier_leaves_nothing_and_recover_ends_it(moto_backend, how):
+    """commit.after_place: the job holds its place in the table's order, its journal not yet claimed -- not
+    committed, old data whole; `recover --job` rolls it back and ends its place (a raised failure ends the
+    place at once). rollback.after_claim: a rollback holds the job's journal key and has aborted nothing -- the
+    job can never commit; `recover` finishes the rollback."""
+    scene = make_scene(moto_backend)
+    before = bucket_state(scene.client, scene.bucket)
+    visible_before = dataset(scene.client, scene.bucket, "t")
+    order = TableOrder(scene.other.store, scene.destination_table)
+    # A commit that stops at its place.
+    if how == "raise":
+        with pytest.raises(faults.InjectedFault):
+            run_job_in_process(scene, ("commit.after_place", 1))
+        assert not order.view().open  # ended at once: nobody waits for it
+    else:
+        run_killed(scene, Point("commit.after_place"), {"role": "job", "delete_batch": DELETE_BATCH})
+        assert len(order.view().open) == 1  # open until someone ends it
+    check_not_visible(scene.client, scene.bucket, "t", plan.JOB_ID, before=visible_before)  # I1
+    actions = {a.job_id: a.action for a in recover(scene.destination, store=scene.other.store, job_id=plan.JOB_ID)}
+    assert actions == {plan.JOB_ID: "rolled_back"}
+    check_aborted(scene.client, scene.bucket, "t", plan.JOB_ID, before=visible_before)  # I3
+    assert not order.view().open
+    check_others_untouched(before, bucket_state(scene.client, scene.bucket), job_ids=[plan.JOB_ID],
+                           may_write=is_success)  # I6
+
+    # A rollback that stops right after its claim: the job can never commit, recover ends the rollback.
+    job = Job.create(f"s3://{scene.bucket}/t", mode="overwrite", s3=scene.backend.options, writer=plan.SMALL_PARTS)
+    refs = [plan.write_attempt(job.spec, t, 0) for t in range(plan.TASKS)]
+    committer = JobCommitter(scene.other.store, job.destination, job.job_id)
+    with faults.installed(faults.fail_at("rollback.after_claim")), pytest.raises(faults.InjectedFault):
+        committer.rollback(reason="interrupted on purpose")
+    [status] = [s for s in list_jobs(scene.other.store, scene.destination) if s.job_id == job.job_id]
+    assert status.state.value == "rolling_back"
+    with pytest.raises(JobRolledBackError):
+        job.commit(refs)
+    actions = {a.job_id: a.action for a in recover(scene.destination, store=scene.other.store, job_id=job.job_id)}
+    assert actions == {job.job_id: "rolled_back"}
+    check_aborted(scene.client, scene.bucket, "t", job.job_id, before=visible_before)
 
 
 def test_the_reference_run_is_the_planned_dataset(moto_backend):

@@ -97,15 +97,30 @@ def pending_upload_entries(
 ) -> list[dict[str, Any]]:
     """The raw ``Uploads`` entries (``Key``, ``UploadId``, ``Initiated``, ...) of every multipart upload in progress
     under ``prefix``, following ``KeyMarker``/``UploadIdMarker`` across pages. ``page_size`` sets ``MaxUploads``
-    (LocalStack and S3 honour it; moto ignores it and never paginates)."""
+    (LocalStack, versitygw and S3 honour it; moto ignores it and never paginates).
+
+    versitygw refuses the UploadIdMarker it returns (400 InvalidArgument): there the pages follow ``KeyMarker``
+    alone and the uploads of each page's last key are fetched again in one listing of that key, which must show
+    a later key or end (else the check cannot be made and says so)."""
+    from botocore.exceptions import ClientError
+
     prefix = _norm(prefix, exact_prefix)
     entries: list[dict[str, Any]] = []
     kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix}
     if page_size is not None:
         kwargs["MaxUploads"] = page_size
     seen_markers: set[tuple[str, str]] = set()
+    by_key = False
     while True:
-        page = client.list_multipart_uploads(**kwargs)
+        try:
+            page = client.list_multipart_uploads(**kwargs)
+        except ClientError as exc:
+            if "UploadIdMarker" not in kwargs or exc.response.get("Error", {}).get("Code") != "InvalidArgument":
+                raise
+            by_key = True
+            del kwargs["UploadIdMarker"]
+            _add_uploads_of_key(client, bucket, kwargs["KeyMarker"], entries)
+            continue
         entries.extend(page.get("Uploads", ()))
         if not page.get("IsTruncated"):
             return entries
@@ -119,10 +134,23 @@ def pending_upload_entries(
             raise AssertionError(f"ListMultipartUploads pagination loops at {(key_marker, upload_id_marker)!r}")
         seen_markers.add((key_marker, upload_id_marker))
         kwargs["KeyMarker"] = key_marker
-        if upload_id_marker:
+        if by_key:
+            _add_uploads_of_key(client, bucket, key_marker, entries)
+        elif upload_id_marker:
             kwargs["UploadIdMarker"] = upload_id_marker
         else:
             kwargs.pop("UploadIdMarker", None)
+
+
+def _add_uploads_of_key(client: Any, bucket: str, key: str, entries: list[dict[str, Any]]) -> None:
+    """Append the uploads of ``key`` not in ``entries`` yet, from one listing of that key."""
+    page = client.list_multipart_uploads(Bucket=bucket, Prefix=key)
+    listed = page.get("Uploads", ())
+    if page.get("IsTruncated") and all(u["Key"] == key for u in listed):
+        raise AssertionError(f"cannot list every upload of {key!r}: more than one page of them, and the server "
+                             "refuses UploadIdMarker")
+    have = {(e["Key"], e["UploadId"]) for e in entries if e["Key"] == key}
+    entries.extend(u for u in listed if u["Key"] == key and (key, u["UploadId"]) not in have)
 
 
 def pending_uploads(

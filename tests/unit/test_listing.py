@@ -11,9 +11,9 @@ import logging
 
 import pytest
 
-from mpcommit.errors import InconsistentListingError
+from mpcommit.errors import InconsistentListingError, StoreError
 from mpcommit.options import RetryPolicy, S3Options
-from mpcommit.store.listing import ListedPage, PageSequence, round_trips_unencoded
+from mpcommit.store.listing import ListedPage, PageSequence, round_trips_unencoded, uploads_of_key
 from mpcommit.store.s3 import S3Store
 
 FAST = S3Options(retry=RetryPolicy(max_attempts=2, initial_delay=0.0, max_delay=0.0))
@@ -179,3 +179,105 @@ def test_page_sequence_rules():
 ])
 def test_which_keys_survive_raw_xml(key, safe):
     assert round_trips_unencoded(key) is safe
+
+
+# ---------------------------------------------------------------- a server that refuses its own UploadIdMarker
+class KeyMarkerOnlyUploads:
+    """ListMultipartUploads as versitygw 1.8 answers it: uploads sorted by key then initiation, ``page_size`` to a
+    page with NextKeyMarker and NextUploadIdMarker; KeyMarker alone lists the keys after it; KeyMarker with an
+    UploadIdMarker answers 400 InvalidArgument (its lister looks for that id among the keys *after* the marker)."""
+
+    meta = Meta()
+
+    def __init__(self, uploads, page_size=1000):
+        self.uploads = list(uploads)  # (key, upload id) in initiation order
+        self.page_size = page_size
+        self.requests = []
+
+    def list_multipart_uploads(self, *, Bucket, Prefix="", KeyMarker=None, UploadIdMarker=None, **_):
+        from botocore.exceptions import ClientError
+
+        self.requests.append({"Prefix": Prefix, "KeyMarker": KeyMarker, "UploadIdMarker": UploadIdMarker})
+        if KeyMarker and UploadIdMarker:
+            raise ClientError({"Error": {"Code": "InvalidArgument", "Message": "Invalid uploadId marker"},
+                               "ResponseMetadata": {"HTTPStatusCode": 400}}, "ListMultipartUploads")
+        rows = sorted((k, i, u) for i, (k, u) in enumerate(self.uploads)
+                      if k.startswith(Prefix) and (not KeyMarker or k > KeyMarker))
+        chunk = rows[: self.page_size]
+        page = {"Uploads": [{"Key": k, "UploadId": u} for k, _i, u in chunk], "IsTruncated": len(rows) > len(chunk)}
+        if page["IsTruncated"]:
+            page["NextKeyMarker"], page["NextUploadIdMarker"] = chunk[-1][0], chunk[-1][2]
+        return page
+
+
+def _uploads(per_key):
+    """(key, id) pairs: ``per_key[i]`` uploads of key t/kNNNN, in initiation order (ids say which key)."""
+    return [(f"t/k{i:04d}", f"id-{i}-{n}") for i, count in enumerate(per_key) for n in range(count)]
+
+
+def test_uploads_past_a_page_are_all_listed_where_the_server_refuses_its_own_upload_id_marker(caplog):
+    # 1,100 uploads, three of a key at each page boundary (entries 999-1001, 1999-2001) and at a key marker page.
+    per_key = [1] * 999 + [3] + [1] * 997 + [3] + [1] * 100 + [2]
+    uploads = _uploads(per_key)
+    server = KeyMarkerOnlyUploads(uploads)
+    s = store(server)
+    with caplog.at_level(logging.WARNING, logger="mpcommit.store.s3"):
+        listed = s.list_multipart_uploads("bkt", "t/")
+    assert sorted((u.key, u.upload_id) for u in listed) == sorted(uploads)
+    assert len(listed) == len(uploads)
+    assert s.pages_uploads_by_key and "refused the UploadIdMarker" in caplog.text
+    # Its one refused request, then by key marker, each boundary key listed on its own.
+    refused = [r for r in server.requests if r["UploadIdMarker"]]
+    assert len(refused) == 1
+    assert {r["Prefix"] for r in server.requests if r["Prefix"] != "t/"} == {"t/k0999", "t/k1997"}
+
+    # The store remembers: a second listing sends no UploadIdMarker at all.
+    server.requests.clear()
+    assert len(s.list_multipart_uploads("bkt", "t/")) == len(uploads)
+    assert not [r for r in server.requests if r["UploadIdMarker"]]
+
+
+def test_a_key_with_more_uploads_than_a_page_is_refused_where_the_server_cannot_page_within_it():
+    server = KeyMarkerOnlyUploads(_uploads([1] * 10 + [25] + [1] * 5), page_size=8)
+    with pytest.raises(InconsistentListingError, match="more pending uploads than one page holds") as info:
+        store(server).list_multipart_uploads("bkt", "t/")
+    assert "nothing was deleted, aborted or committed" in str(info.value)
+
+
+def test_a_longer_key_after_the_boundary_key_proves_its_uploads_complete():
+    # The first page ends inside t/k0001's three uploads; its own listing (Prefix=t/k0001) is truncated too, but
+    # keys under that prefix (t/k0001x...) follow its uploads on that page, so they are all there.
+    uploads = [("t/k0000", "a1"), ("t/k0000", "a2"), ("t/k0001", "b1"), ("t/k0001", "b2"), ("t/k0001", "b3")]
+    uploads += [(f"t/k0001x{i:02d}", f"c{i}") for i in range(10)] + [("t/k0002", "d")]
+    server = KeyMarkerOnlyUploads(uploads, page_size=4)
+    listed = store(server).list_multipart_uploads("bkt", "t/")
+    assert sorted((u.key, u.upload_id) for u in listed) == sorted(uploads)
+    relisted = [r for r in server.requests if r["Prefix"] == "t/k0001"]
+    assert relisted and server.requests[0]["Prefix"] == "t/"
+
+
+def test_another_invalid_argument_is_not_taken_for_the_marker_refusal():
+    class Refuses(KeyMarkerOnlyUploads):
+        def list_multipart_uploads(self, **kw):
+            from botocore.exceptions import ClientError
+
+            raise ClientError({"Error": {"Code": "InvalidArgument", "Message": "bad prefix"},
+                               "ResponseMetadata": {"HTTPStatusCode": 400}}, "ListMultipartUploads")
+
+    with pytest.raises(StoreError, match="InvalidArgument"):
+        store(Refuses([])).list_multipart_uploads("bkt", "t/")
+
+
+@pytest.mark.parametrize("entries,truncated,ids,problem", [
+    ([("k", "1"), ("k", "2")], False, ["1", "2"], None),
+    ([("k", "1"), ("k", "2")], True, ["1", "2"], "more pending uploads than one page holds"),
+    ([("k", "1"), ("kz", "9")], True, ["1"], None),                 # a longer key follows: k's are all here
+    ([], False, [], None),                                          # gone meanwhile (completed or aborted)
+    ([], True, [], "more pending uploads than one page holds"),
+    ([("k", "1"), ("j", "2")], False, [], "outside that prefix"),
+    ([("kz", "1"), ("k", "2")], False, [], "out of order"),
+])
+def test_uploads_of_key_rules(entries, truncated, ids, problem):
+    got, why = uploads_of_key("k", entries, truncated)
+    assert got == ids
+    assert (why is None) if problem is None else (problem in why)

@@ -58,6 +58,9 @@ def store(outcomes, options=FAST):
         ("BadDigest", 400, e.ChecksumMismatchError),
         ("NoSuchUpload", 404, e.NoSuchUploadError),
         ("WeirdNewCode", 400, e.StoreError),
+        # versitygw answers every lifecycle request so (LocalStack a DeleteObject If-Match): not a transient 5xx.
+        ("NotImplemented", 501, e.UnsupportedRequestError),
+        ("", 501, e.UnsupportedRequestError),
     ],
 )
 def test_permanent_errors_map_to_distinct_classes_and_are_not_retried(code, status, cls):
@@ -66,7 +69,7 @@ def test_permanent_errors_map_to_distinct_classes_and_are_not_retried(code, stat
         s.put_object("bkt", "k", b"x")
     assert type(info.value) is cls
     assert isinstance(info.value.__cause__, ClientError)
-    assert info.value.code == code and "s3://bkt/k" in str(info.value)
+    assert info.value.code == (code or str(status)) and "s3://bkt/k" in str(info.value)
     assert s.request_counts() == {"put_object": 1}
 
 
