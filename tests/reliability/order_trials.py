@@ -222,8 +222,8 @@ def fork_server() -> Any:
             ctx = multiprocessing.get_context("forkserver")
             preload = ["tests.reliability.trial_job"]
             main_name = getattr(getattr(sys.modules.get("__main__"), "__spec__", None), "name", None)
-            if main_name:
-                preload.append(main_name)
+            if main_name and main_name != __name__ and main_name != "tests.reliability.order_trials":
+                preload.append(main_name)  # (this module, run as __main__, is cheap to run again)
             ctx.set_forkserver_preload(preload)
             _FORK_SERVER = ctx
         return _FORK_SERVER
@@ -495,7 +495,8 @@ def _plan_json(plan: TrialPlan) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- servers and the command line
 class Servers:
-    """The server (moto in this process, or LocalStack) and the S3-like network in front of it."""
+    """The server (moto in this process, LocalStack, or one of the Go servers tests/support/servers.py builds)
+    and the S3-like network in front of it."""
 
     def __init__(self, name: str):
         self.name = name
@@ -504,9 +505,10 @@ class Servers:
 
     def __enter__(self) -> "Servers":
         from bench.s3_network import S3_LIKE, S3Network
-        from tests.support.servers import start_localstack, start_moto
+        from tests.support.servers import start_go_server, start_localstack, start_moto
 
-        self.server = start_moto() if self.name == "moto" else start_localstack()
+        self.server = (start_moto() if self.name == "moto" else start_localstack() if self.name == "localstack"
+                       else start_go_server(self.name))
         self.network = S3Network(self.server.endpoint_url, S3_LIKE).start()
         return self
 
@@ -556,7 +558,7 @@ def _git_commit() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.reliability.order_trials", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--server", choices=("moto", "localstack"), default="moto")
+    parser.add_argument("--server", choices=("moto", "localstack", "versitygw", "seaweedfs"), default="moto")
     parser.add_argument("--pairing", default="all", help=f"one of {', '.join(PAIRINGS)}, or all")
     parser.add_argument("--trials", type=int, default=200, help="per pairing")
     parser.add_argument("--seed", type=int, default=1, help="the first trial's seed; trial i uses seed + i")
