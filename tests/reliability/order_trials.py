@@ -36,6 +36,7 @@ Pairings (:data:`PAIRINGS`):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -45,6 +46,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -494,19 +496,62 @@ def _plan_json(plan: TrialPlan) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- servers and the command line
+@contextlib.contextmanager
+def atomic_conditional_writes_on_moto() -> Iterator[None]:
+    """Make this process's moto decide conditional writes atomically, as S3 and LocalStack do.
+
+    moto 5.2 checks ``If-None-Match: *`` (PutObject, CompleteMultipartUpload) and ``If-Match`` (PutObject) and
+    then writes, with nothing held in between: two requests creating one key at once can both succeed
+    (tests/reliability/test_order_races.py forces it). The table's commit order rests on exactly that
+    guarantee, so on moto as it is two jobs can take one place -- the second long run's first moto failure
+    (overwrite-append seed 2: two appends both at place 4). S3 guarantees it; LocalStack holds a lock across
+    its check and write. This holds one lock across moto's, for conditional requests only."""
+    from moto.s3.responses import S3Response
+
+    lock = threading.Lock()
+    put, post = S3Response.put_object, S3Response._key_response_post
+
+    def conditional(response: Any) -> bool:
+        return bool(response.headers.get("If-None-Match") or response.headers.get("If-Match"))
+
+    def put_object(self: Any) -> Any:
+        if not conditional(self):
+            return put(self)
+        with lock:
+            return put(self)
+
+    def key_response_post(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not conditional(self):
+            return post(self, *args, **kwargs)
+        with lock:
+            return post(self, *args, **kwargs)
+
+    S3Response.put_object = put_object  # type: ignore[method-assign]
+    S3Response._key_response_post = key_response_post  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        S3Response.put_object = put  # type: ignore[method-assign]
+        S3Response._key_response_post = post  # type: ignore[method-assign]
+
 class Servers:
     """The server (moto in this process, LocalStack, or one of the Go servers tests/support/servers.py builds)
     and the S3-like network in front of it."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, *, moto_as_is: bool = False):
         self.name = name
+        self.moto_as_is = moto_as_is
         self.server: Any = None
         self.network: Any = None
+        self._atomic: Any = None
 
     def __enter__(self) -> "Servers":
         from bench.s3_network import S3_LIKE, S3Network
         from tests.support.servers import start_go_server, start_localstack, start_moto
 
+        if self.name == "moto" and not self.moto_as_is:
+            self._atomic = atomic_conditional_writes_on_moto()
+            self._atomic.__enter__()
         self.server = (start_moto() if self.name == "moto" else start_localstack() if self.name == "localstack"
                        else start_go_server(self.name))
         self.network = S3Network(self.server.endpoint_url, S3_LIKE).start()
@@ -517,6 +562,8 @@ class Servers:
             self.network.stop()
         if self.server is not None:
             self.server.stop()
+        if self._atomic is not None:
+            self._atomic.__exit__(None, None, None)
 
     def harness(self, workdir: Path) -> Harness:
         from tests.conftest import raw_s3_client
@@ -568,6 +615,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stop-after", type=float, help="stop starting trials after this many seconds")
     parser.add_argument("--parallel", type=int, default=1, help="trials at once (each on its own bucket)")
     parser.add_argument("--replace", action="store_true", help="empty --out first")
+    parser.add_argument("--moto-as-is", action="store_true",
+                        help="leave moto's conditional writes as they are (not atomic: see atomic_conditional_writes_on_moto)")
     a = parser.parse_args(argv)
     pairings = list(PAIRINGS) if a.pairing == "all" else a.pairing.split(",")
     for p in pairings:
@@ -579,7 +628,9 @@ def main(argv: list[str] | None = None) -> int:
     if a.out and a.replace:
         a.out.parent.mkdir(parents=True, exist_ok=True)
         a.out.write_text("")
-    run_info = {"commit": _git_commit(), "date": time.strftime("%Y-%m-%d", time.gmtime()), "parallel": a.parallel}
+    run_info = {"commit": _git_commit(), "date": time.strftime("%Y-%m-%d", time.gmtime()), "parallel": a.parallel,
+                "moto_conditional_writes": "as is" if a.moto_as_is else "atomic"} if a.server == "moto" else {
+        "commit": _git_commit(), "date": time.strftime("%Y-%m-%d", time.gmtime()), "parallel": a.parallel}
     records: list[dict[str, Any]] = []
     started = time.monotonic()
     plans = iter([plan_trial(pairing, a.seed + i, a.mutant) for i in range(a.trials) for pairing in pairings])
@@ -607,7 +658,7 @@ def main(argv: list[str] | None = None) -> int:
                         f.write(json.dumps(record, sort_keys=True) + "\n")
                 print(_line(record, plan), flush=True)
 
-    with Servers(a.server) as servers:
+    with Servers(a.server, moto_as_is=a.moto_as_is) as servers:
         harness = servers.harness(workdir)
         threads = [threading.Thread(target=worker, args=(harness,)) for _ in range(max(1, a.parallel))]
         for t in threads:

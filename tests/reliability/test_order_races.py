@@ -20,6 +20,7 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -204,3 +205,58 @@ def test_two_finishers_in_one_millisecond_one_says_it_finished(backend, monkeypa
     reports are not. A random token per writer in the record (or per call, compared instead of the bytes) would
     tell them apart."""
     assert len(_two_finishers(backend, monkeypatch, lambda: 1_800_000_000.123)) == 1
+
+
+# ---------------------------------------------------------------- the test server's own race
+def test_moto_can_let_two_jobs_take_one_place_and_the_trials_lock_stops_it(moto_backend, monkeypatch):
+    """Not mpcommit's: moto 5.2 checks If-None-Match and then writes, holding nothing in between, so two
+    requests creating one key at once can both succeed -- and two jobs both take one place in the order (the
+    second long run's first moto failure: two appends at place 4, one entry left, the other job's rows visible
+    with no place). Forced: both requests pass moto's check before either writes. With the trials' lock
+    (order_trials.atomic_conditional_writes_on_moto, what S3 and LocalStack guarantee) the second is refused
+    and its job takes the next place."""
+    from moto.s3.models import S3Backend
+
+    from tests.reliability.order_trials import atomic_conditional_writes_on_moto
+
+    backend = moto_backend
+    table = Table(backend.new_bucket("mpc-races"), "t")
+    store = S3Store(backend.options)
+    key = TableOrder(store, table).entry_key(1)
+    checked = threading.Barrier(2, timeout=2)
+    get_object = S3Backend.get_object
+
+    def both_check_first(self, bucket_name, key_name, *args, **kwargs):  # noqa: ANN001, ANN202
+        found = get_object(self, bucket_name, key_name, *args, **kwargs)
+        if key_name == key:
+            try:
+                checked.wait()  # the other request has checked too (or, serialised, never comes: times out)
+            except threading.BrokenBarrierError:
+                pass
+        return found
+
+    monkeypatch.setattr(S3Backend, "get_object", both_check_first)
+
+    def take_two() -> list[int]:
+        checked.reset()
+        job = Job.create(f"s3://{table.bucket}/t", s3=backend.options)
+        other = Job.create(f"s3://{table.bucket}/t", s3=backend.options)
+        proto = JobCommitter(store, job.destination, job.job_id)._entry_for(
+            SimpleNamespace(delete=(), purpose="write", mode=job.descriptor.mode,
+                            partition_overwrite=job.descriptor.partition_overwrite, replace=()), ["dt=0"])
+        from mpcommit.store.conditional import conditional_writes
+
+        cw = conditional_writes(store, table.bucket, "t/")
+        with ThreadPoolExecutor(2) as pool:
+            places = [pool.submit(TableOrder(store, table).take, replace(proto, job_id=j.job_id), cw)
+                      for j in (job, other)]
+            positions = sorted(f.result(TIMEOUT).position for f in places)
+        for j in (job, other):
+            j.abort()
+        return positions
+
+    assert take_two() == [1, 1]  # moto as it is: both jobs hold place 1
+    with atomic_conditional_writes_on_moto():
+        checked.reset()
+        key = TableOrder(store, table).entry_key(2)
+        assert take_two() == [2, 3]

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from bench.s3_network import S3_LIKE, S3Network
-from tests.reliability.order_trials import PAIRINGS, Harness, plan_trial
+from tests.reliability.order_trials import PAIRINGS, Harness, atomic_conditional_writes_on_moto, plan_trial
 
 #: Seeds of the short tier: three per pairing on moto, one per pairing on LocalStack (three trials at a time:
 #: most of a trial is waiting on the network model and on a dead job's lease).
@@ -32,7 +32,9 @@ def _harness(backend: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 
 @pytest.fixture(scope="module")
 def moto_trials(_moto_backend_session: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
-    yield from _harness(_moto_backend_session, tmp_path_factory)
+    # moto's conditional writes are not atomic; S3's and LocalStack's are (order_trials.py says why it matters).
+    with atomic_conditional_writes_on_moto():
+        yield from _harness(_moto_backend_session, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
