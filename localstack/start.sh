@@ -44,9 +44,9 @@ pid_alive() {
 }
 
 "$HERE/install.sh"
-mkdir -p "$STATE"
 
-# Already started by us?
+# Already started by us? (No folder is made for PORT before the port is known to be free: a refused start
+# leaves nothing behind.)
 if [[ -f "$PIDFILE" ]]; then
     oldpid="$(cat "$PIDFILE" 2>/dev/null || true)"
     if pid_alive "$oldpid"; then

@@ -158,3 +158,28 @@ def test_second_localstack_instance_is_independent(localstack_backend: Backend) 
     localstack_backend.client.put_object(Bucket=bucket, Key="big", Body=b"x" * (2 * MiB))
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", second.port), timeout=2).close()
+
+
+@pytest.mark.localstack
+def test_localstack_start_on_a_taken_port_leaves_no_state_folder() -> None:
+    """start.sh refuses a port another process holds, and leaves no empty localstack/state/PORT behind."""
+    import subprocess
+    from pathlib import Path
+
+    from tests.conftest import selected_backends
+
+    if "localstack" not in selected_backends():
+        pytest.skip("LocalStack is not among MPCOMMIT_TEST_BACKENDS")
+
+    root = Path(__file__).resolve().parents[1]
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        state = root / "localstack" / "state" / str(port)
+        assert not state.exists()
+        done = subprocess.run(["bash", str(root / "localstack" / "start.sh"), str(port)], capture_output=True,
+                              text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert f"port {port} is already in use" in done.stderr
+    assert not state.exists(), f"{state} was left behind: {sorted(p.name for p in state.iterdir())}"

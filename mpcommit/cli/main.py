@@ -35,6 +35,22 @@ LAZY_COMMANDS = {
 
 _ENDPOINT_RE = re.compile(r"^https?://[^\s/]+", re.IGNORECASE)
 
+#: The library's errors name the Python API's settings; on the command line the same settings are flags.
+_CLI_WORDING = (
+    ("S3Options(endpoint_url=...)", "--endpoint-url"),
+    ("S3Options(profile=...)", "--profile"),
+    ("or pass S3Options(access_key_id=..., secret_access_key=...)", "or name a profile with --profile"),
+)
+
+
+def cli_wording(message: str) -> str:
+    """An error message of the library as the command line's user needs it: its flags where the message names
+    the Python API's ``S3Options`` settings."""
+    for api, flag in _CLI_WORDING:
+        message = message.replace(api, flag)
+    return message
+
+
 #: The group's own options, which may also come after the command (``mpcommit uploads list URI --region R``).
 GLOBAL_OPTIONS = ("--endpoint-url", "--region", "--profile")
 
@@ -143,10 +159,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         click.echo("mpcommit: aborted", err=True)
         code = 1
     except UsageError as exc:
-        fail(str(exc))
+        fail(cli_wording(str(exc)))
         code = 2
     except MpcommitError as exc:
-        fail(str(exc))
+        fail(cli_wording(str(exc)))
         code = 1
     except KeyboardInterrupt:
         click.echo("\nmpcommit: interrupted", err=True)

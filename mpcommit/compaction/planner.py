@@ -147,3 +147,23 @@ def plan_bins(
         for sources in pack([f for f in members if f.mergeable], policy.target_size, max_files=max_files):
             bins.append(Bin(partition, group, sources))
     return bins
+
+
+def explain_no_bins(files: Iterable[Candidate], policy: MergePolicy) -> str:
+    """Why :func:`plan_bins` found nothing to merge in ``files``, in words for a person: the first rule that every
+    partition failed -- too few files, an average file at or above the threshold, or files too large to pair
+    within the target size."""
+    groups: dict[tuple[str, str], list[Candidate]] = defaultdict(list)
+    for f in files:
+        groups[(f.partition, f.group)].append(f)
+    if not groups:
+        return "no data files of a known format"
+    several = {k: v for k, v in groups.items() if len(v) > 1}
+    if not several:
+        return "no partition holds more than one file of one format"
+    small = {k: v for k, v in several.items() if should_merge((f.size for f in v), policy)}
+    if not small:
+        return f"no partition's average file is under the small-file threshold of {policy.small_file_avg:,} bytes"
+    return (f"{len(small)} partition(s) average under the small-file threshold of {policy.small_file_avg:,} bytes, "
+            f"but no two of their files fit together within the target size of {policy.target_size:,} bytes: raise "
+            "the target size to merge them")

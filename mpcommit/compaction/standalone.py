@@ -49,7 +49,7 @@ from .executor import DEFAULT_COPY_THREADS, DEFAULT_MERGE_THREADS, MergeStats, r
 from .kinds import Compression, FileKind, Format, detect_kind
 from .merge_plan import prepare
 from .parts import SourceObject
-from .planner import Bin, Candidate, MergePolicy, plan_bins
+from .planner import Bin, Candidate, MergePolicy, explain_no_bins, plan_bins
 
 #: Bins merged at once (each runs its parts on the shared part pool).
 DEFAULT_BIN_THREADS = 4
@@ -101,6 +101,8 @@ class CompactionReport:
     requests: dict[str, int] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     commit: CommitReport | None = None
+    #: Outcome NOTHING_TO_DO: why no bin was planned.
+    reason: str = ""
 
     @property
     def merged(self) -> tuple[BinReport, ...]:
@@ -122,6 +124,7 @@ class CompactionReport:
             "bins": [b.to_json() for b in self.bins],
             "stats": dict(self.stats), "requests": dict(self.requests),
             "timings": {k: round(v, 4) for k, v in self.timings.items()},
+            **({"reason": self.reason} if self.reason else {}),
         }
 
 
@@ -278,9 +281,16 @@ def compact(
             timings=timings, **extra,
         )
 
-    if job is None:
-        return report(Outcome.DRY_RUN if dry_run else Outcome.NOTHING_TO_DO,
-                      [_bin_report(p, BinStatus.PLANNED) for p in planned])
+    if not bins:
+        reason = explain_no_bins(listing.candidates, policy)
+        if busy:
+            reason += f" (files of {len(busy)} job(s) still in flight were left out)"
+        return report(Outcome.NOTHING_TO_DO, [], reason=reason)
+    if job is None:  # a dry run
+        refusals = _predict_refusals(store, destination.bucket, planned, bin_threads)
+        return report(Outcome.DRY_RUN, [
+            _bin_report(p, BinStatus.SKIPPED, message=f"would be skipped: {refusals[p.number]}")
+            if p.number in refusals else _bin_report(p, BinStatus.PLANNED) for p in planned])
 
     stats = MergeStats()
     own_pool = pool is None
@@ -327,6 +337,32 @@ def compact(
         raise
     timings["commit"] = time.monotonic() - t
     return report(Outcome.COMMITTED, reports, job_id=job.job_id, stats=stats.to_json(), commit=committed)
+
+
+def _predict_refusals(store: S3Store, bucket: str, planned: list[_Planned], threads: int) -> dict[int, str]:
+    """For a dry run: bins of CSV files whose names do not say whether they start with a header are planned as the
+    real run plans them (a few small reads per file), so that the refusal the real run would meet -- every file
+    starting with the same line, a header or data? -- is predicted. Other bins are not read."""
+    ambiguous = [p for p in planned if p.kind.format is Format.CSV and p.kind.header is None]
+    refusals: dict[int, str] = {}
+
+    def plan(p: _Planned) -> str | None:
+        try:
+            prepare(store, bucket, [SourceObject(c.key, c.etag, c.size) for c in p.bin.sources], p.kind,
+                    key=p.output, partition=p.bin.partition)
+        except MergeError as exc:
+            return str(exc)
+        except MpcommitError as exc:
+            return f"bin {p.number} ({p.output}) not merged: {exc}"
+        return None
+
+    def keep(p: _Planned, refusal: str | None) -> None:
+        if refusal is not None:
+            refusals[p.number] = refusal
+
+    if ambiguous:
+        run_bounded(plan, ambiguous, threads=threads, on_result=keep)
+    return refusals
 
 
 def _output_key(destination: Destination, b: Bin, kind: FileKind, number: int, job_id: str) -> str:

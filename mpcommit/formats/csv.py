@@ -9,10 +9,10 @@ Options (case-insensitive, as in Spark): ``header``, ``sep``/``delimiter`` (one 
 ``escape``, ``escapeQuotes``, ``quoteAll``, ``charToEscapeQuoteEscaping``, ``nullValue``, ``emptyValue``,
 ``lineSep`` (one or two characters), ``ignoreLeadingWhiteSpace``/``ignoreTrailingWhiteSpace``,
 ``timestampFormat``, ``timestampNTZFormat``, ``dateFormat``, ``timeZone``, ``encoding``/``charset`` (UTF-8 only),
-``compression``. One default differs from Spark's on purpose: whitespace at either end of a value is kept (and
-the value quoted), where Spark trims it unless told otherwise; pass ``ignoreLeadingWhiteSpace=true`` and
-``ignoreTrailingWhiteSpace=true`` to trim as Spark does. Like Spark, CSV refuses nested types, binary data and
-intervals (a CSV field holds one plain value).
+``compression``. Whitespace at either end of a string is trimmed, as Spark's writer trims it by default;
+``ignoreLeadingWhiteSpace=false`` and ``ignoreTrailingWhiteSpace=false`` keep it (and quote the value, so that
+readers that trim unquoted fields keep it too). Like Spark, CSV refuses nested types, binary data and intervals
+(a CSV field holds one plain value).
 """
 
 from __future__ import annotations
@@ -71,8 +71,9 @@ class CsvFormat(FileFormat):
     quote_all: bool = False
     #: None: Spark's default (the escape character when it differs from the quote, else none); "\u0000": none.
     char_to_escape_quote_escaping: str | None = None
-    ignore_leading_white_space: bool = False
-    ignore_trailing_white_space: bool = False
+    #: Spark's writer defaults: trim whitespace at either end of a value.
+    ignore_leading_white_space: bool = True
+    ignore_trailing_white_space: bool = True
     timestamp_format: str = DEFAULT_TIMESTAMP_FORMAT
     timestamp_ntz_format: str = DEFAULT_TIMESTAMP_NTZ_FORMAT
     date_format: str = DEFAULT_DATE_FORMAT
@@ -143,8 +144,8 @@ class CsvFormat(FileFormat):
             escape_quotes=options.flag("escapeQuotes", default=True),
             quote_all=options.flag("quoteAll", default=False),
             char_to_escape_quote_escaping=options.optional_text("charToEscapeQuoteEscaping"),
-            ignore_leading_white_space=options.flag("ignoreLeadingWhiteSpace", default=False),
-            ignore_trailing_white_space=options.flag("ignoreTrailingWhiteSpace", default=False),
+            ignore_leading_white_space=options.flag("ignoreLeadingWhiteSpace", default=True),
+            ignore_trailing_white_space=options.flag("ignoreTrailingWhiteSpace", default=True),
             timestamp_format=options.text("timestampFormat", default=DEFAULT_TIMESTAMP_FORMAT),
             timestamp_ntz_format=options.text("timestampNTZFormat", default=DEFAULT_TIMESTAMP_NTZ_FORMAT),
             date_format=options.text("dateFormat", default=DEFAULT_DATE_FORMAT),

@@ -15,12 +15,13 @@ option), its rules are:
 * A null is ``nullValue`` (default empty) and an empty string ``emptyValue`` (default ``""``), both laid out
   like any other field (``quoteAll`` quotes them), except that one already enclosed in quotes is written as is.
 
+Whitespace at either end of a value (a character up to U+0020) is trimmed by default, as Spark's writer does
+(``ignoreLeadingWhiteSpace`` and ``ignoreTrailingWhiteSpace`` are true for writing: ``" a "`` is written ``a``).
+With either option false the whitespace is kept, and the field quoted where Spark leaves it bare, so that a
+reader that trims unquoted fields keeps it too.
+
 Where Spark's own output does not read back, this writes what does (each checked with Spark's reader):
 
-* Spark trims leading and trailing whitespace by default when writing (``ignoreLeadingWhiteSpace`` and
-  ``ignoreTrailingWhiteSpace`` are true for writing), silently changing ``" a "`` into ``a``. Here the data
-  is kept, and a field that starts or ends with whitespace (a character up to U+0020) is quoted, so that a
-  reader that trims unquoted fields keeps it too. Set either option to true to trim as Spark does.
 * With ``lineSep="\\r\\n"`` Spark turns a ``\\n`` inside a value into ``\\r\\n`` (so ``a\\nb`` reads back as
   ``a\\r\\nb``); here a value's line breaks are written as they are.
 * Spark's default ``emptyValue`` for writing is ``""`` even when ``quote`` is another character, which then

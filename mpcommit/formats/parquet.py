@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from enum import Enum
 from functools import lru_cache
 from typing import Any, BinaryIO
 
@@ -37,6 +38,28 @@ PARQUET_COMPRESSION: dict[str, tuple[str, str]] = {
     "brotli": ("brotli", "br."),
     "lz4_raw": ("lz4", "lz4raw."),
 }
+
+class TimestampType(str, Enum):
+    """How timestamps with a time zone (Spark's TIMESTAMP) are stored: Spark's
+    ``spark.sql.parquet.outputTimestampType``. Spark writes INT96 by default; pyarrow, INT64 microseconds."""
+
+    INT96 = "INT96"
+    TIMESTAMP_MICROS = "TIMESTAMP_MICROS"
+    TIMESTAMP_MILLIS = "TIMESTAMP_MILLIS"
+
+    @classmethod
+    def parse(cls, value: "str | TimestampType") -> "TimestampType":
+        if isinstance(value, TimestampType):
+            return value
+        try:
+            return cls(str(value).strip().upper())
+        except ValueError:
+            raise UsageError(
+                f"spark.sql.parquet.outputTimestampType must be INT96, TIMESTAMP_MICROS or TIMESTAMP_MILLIS, "
+                f"got {value!r}"
+            ) from None
+
+
 #: In-memory (Arrow) bytes collected per row group. Spark's ``parquet.block.size`` (128 MB) counts encoded
 #: bytes that parquet-mr buffers per open file; 16 MiB of Arrow data keeps many open partition writers
 #: affordable in a Python worker while still giving row groups of a few MiB compressed.
@@ -45,13 +68,20 @@ DEFAULT_ROW_GROUP_BYTES = 16 * MiB
 
 @dataclass(frozen=True)
 class ParquetFormat(FileFormat):
-    """Parquet, snappy-compressed by default (``compression``: none, snappy, gzip, zstd, brotli, lz4_raw)."""
+    """Parquet, snappy-compressed by default (``compression``: none, snappy, gzip, zstd, brotli, lz4_raw).
+
+    ``timestamp_type``: how timestamps with a time zone are stored (:class:`TimestampType`; the Spark writer
+    passes the session's ``spark.sql.parquet.outputTimestampType``, INT96 unless set). Timestamps without a time
+    zone (Spark's TIMESTAMP_NTZ) are INT64 microseconds, as Spark writes them; pyarrow writes INT96 for every
+    timestamp column of a file or none, so a file that holds both kinds stores both as INT64 microseconds
+    (:attr:`int96_for`), which Spark reads back as the same types."""
 
     name = "parquet"
     content_type = "application/vnd.apache.parquet"
 
     compression: str = "snappy"
     row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES
+    timestamp_type: TimestampType = TimestampType.TIMESTAMP_MICROS
 
     def __post_init__(self) -> None:
         if self.compression not in PARQUET_COMPRESSION:
@@ -61,6 +91,7 @@ class ParquetFormat(FileFormat):
             )
         if self.row_group_bytes < 1:
             raise UsageError("parquet row group size must be at least 1 byte")
+        object.__setattr__(self, "timestamp_type", TimestampType.parse(self.timestamp_type))
 
     @classmethod
     def from_options(cls, options: Options) -> "ParquetFormat":
@@ -89,13 +120,58 @@ class ParquetFormat(FileFormat):
                     "Cast it to a supported type first. Nothing was written."
                 ) from None
 
+    def int96_for(self, schema: pa.Schema) -> bool:
+        """Whether a file of ``schema`` stores its timestamps as INT96: asked for, and no timestamp without a time
+        zone that INT96 would turn into one with."""
+        return self.timestamp_type is TimestampType.INT96 and not any(
+            _has_timestamp(f.type, zoned=False) for f in schema)
+
+    def file_schema(self, schema: pa.Schema) -> pa.Schema:
+        """The Arrow schema written for ``schema``: zoned timestamps in milliseconds for TIMESTAMP_MILLIS (cut
+        off, as Spark cuts them), else ``schema`` itself."""
+        if self.timestamp_type is not TimestampType.TIMESTAMP_MILLIS:
+            return schema
+        return pa.schema([f.with_type(_zoned_in_millis(f.type)) for f in schema], metadata=schema.metadata)
+
     def open(self, sink: BinaryIO, schema: pa.Schema) -> FormatWriter:
-        return _ParquetFileWriter(sink, schema, codec=self._codec, row_group_bytes=self.row_group_bytes)
+        return _ParquetFileWriter(sink, schema, codec=self._codec, row_group_bytes=self.row_group_bytes,
+                                  file_schema=self.file_schema(schema), int96=self.int96_for(schema))
+
+
+def _has_timestamp(t: pa.DataType, *, zoned: bool) -> bool:
+    """Whether ``t`` is, or holds, a timestamp with (``zoned``) or without a time zone."""
+    if pa.types.is_timestamp(t):
+        return (t.tz is not None) == zoned
+    if pa.types.is_dictionary(t):
+        return _has_timestamp(t.value_type, zoned=zoned)
+    return any(_has_timestamp(t.field(i).type, zoned=zoned) for i in range(t.num_fields))
+
+
+def _zoned_in_millis(t: pa.DataType) -> pa.DataType:
+    """``t`` with every timestamp that has a time zone in milliseconds."""
+    if pa.types.is_timestamp(t):
+        return pa.timestamp("ms", tz=t.tz) if t.tz is not None and t.unit != "s" else t
+    if not _has_timestamp(t, zoned=True):
+        return t
+    if pa.types.is_struct(t):
+        return pa.struct([t.field(i).with_type(_zoned_in_millis(t.field(i).type)) for i in range(t.num_fields)])
+    if pa.types.is_large_list(t):
+        return pa.large_list(t.value_field.with_type(_zoned_in_millis(t.value_type)))
+    if pa.types.is_list(t):
+        return pa.list_(t.value_field.with_type(_zoned_in_millis(t.value_type)))
+    if pa.types.is_map(t):
+        return pa.map_(t.key_field.with_type(_zoned_in_millis(t.key_type)),
+                       t.item_field.with_type(_zoned_in_millis(t.item_type)))
+    return t
 
 
 class _ParquetFileWriter(FormatWriter):
-    def __init__(self, sink: BinaryIO, schema: pa.Schema, *, codec: str, row_group_bytes: int):
+    def __init__(self, sink: BinaryIO, schema: pa.Schema, *, codec: str, row_group_bytes: int,
+                 file_schema: pa.Schema | None = None, int96: bool = False):
         self._schema = schema
+        self._file_schema = file_schema if file_schema is not None else schema
+        self._cast = not self._file_schema.equals(schema)
+        self._int96 = int96
         self._row_group_bytes = row_group_bytes
         self._pending: list[pa.RecordBatch] = []
         self._pending_bytes = 0
@@ -119,6 +195,8 @@ class _ParquetFileWriter(FormatWriter):
         if not self._pending:
             return
         table = pa.Table.from_batches(self._pending, schema=self._schema)
+        if self._cast:
+            table = table.cast(self._file_schema, safe=False)  # sub-millisecond digits cut off, as Spark does
         self._pending, self._pending_bytes = [], 0
         if self._writer is None:
             self._open(dictionary_columns(table))
@@ -126,8 +204,8 @@ class _ParquetFileWriter(FormatWriter):
         self._writer.write_table(table, row_group_size=max(1, table.num_rows))
 
     def _open(self, use_dictionary: bool | list[str]) -> None:
-        self._writer = pq.ParquetWriter(self._sink, self._schema, compression=self._codec,
-                                        use_dictionary=use_dictionary)
+        self._writer = pq.ParquetWriter(self._sink, self._file_schema, compression=self._codec,
+                                        use_dictionary=use_dictionary, use_deprecated_int96_timestamps=self._int96)
 
     def close(self) -> None:
         self._flush()

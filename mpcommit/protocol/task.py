@@ -67,7 +67,8 @@ class TaskAttempt:
         self._open: list[MultipartWriter] = []
         self._uploads: list[PendingUpload] = []
         self._staged: list[StagedFile] = []
-        self._file_number = 0
+        #: The next cNNN per partition directory: Spark starts each directory of a task at c000.
+        self._file_numbers: dict[str, int] = {}
         self._result: TaskResult | None = None
         self._aborted = False
         #: What writers closing in the background hold, all together (WriterSettings.closing_bytes).
@@ -82,10 +83,10 @@ class TaskAttempt:
     def next_key(self, partition: str, ext: str) -> str:
         """The final key of this attempt's next file in ``partition`` (every attempt of a task uses the same
         names, so two attempts can never both be visible: they race for the same keys, and the driver
-        completes one)."""
+        completes one). The cNNN counter counts per partition directory, as Spark's does."""
         with self._lock:
-            number = self._file_number
-            self._file_number += 1
+            number = self._file_numbers.get(partition, 0)
+            self._file_numbers[partition] = number + 1
         name = data_file_name(task_id=self.task_id, job_id=self.spec.job_id, file_number=number, ext=ext)
         return f"{self.spec.destination.root}{partition + '/' if partition else ''}{name}"
 

@@ -6,6 +6,7 @@ catalog/sync.py) and by the demo job -- nowhere else (tests/unit/test_boundaries
 """
 
 from .fluent import DataFrameWriter, writer
+from .table_schema import SchemaMismatchError, SchemaMismatchWarning
 from .writer import write
 
-__all__ = ["DataFrameWriter", "write", "writer"]
+__all__ = ["DataFrameWriter", "SchemaMismatchError", "SchemaMismatchWarning", "write", "writer"]

@@ -31,12 +31,13 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..compaction.planner import MergePolicy
 from ..errors import SparkWriterError, UsageError
-from ..formats import FORMATS, make_format
+from ..formats import FORMATS
 from ..formats.base import TEXT_COMPRESSION
 from ..formats.parquet import PARQUET_COMPRESSION
 from ..formats.partitioning import DEFAULT_MAX_OPEN_WRITERS
 from ..options import S3Options, WriterSettings
 from ..protocol.commit import DEFAULT_COMMIT_THREADS, CommitReport
+from .table_schema import SchemaMismatch
 from .writer import _check_dataframe, write
 
 if TYPE_CHECKING:
@@ -91,19 +92,22 @@ def writer(
     commit_threads: int = DEFAULT_COMMIT_THREADS,
     writer_settings: WriterSettings | None = None,
     overwrite_bucket_root: bool = False,
+    schema_mismatch: str = "warn",
 ) -> "DataFrameWriter":
     """``df.write`` for mpcommit: ``writer(df).mode(...).partitionBy(...).option(...).parquet(uri)``.
 
     The keyword arguments are mpcommit's own settings, as in :func:`~mpcommit.spark.writer.write`: ``s3`` (how to
     reach the store; default boto3's usual sources), ``merge`` (a :class:`~mpcommit.compaction.MergePolicy` merging
     small files before they become visible), ``table`` and ``catalog`` (register the committed partitions in an
-    existing table), ``max_open_writers``, ``commit_threads``, ``writer_settings`` (multipart sizing) and
-    ``overwrite_bucket_root`` (allow an overwrite of a whole bucket, ``s3://bucket``).
+    existing table), ``max_open_writers``, ``commit_threads``, ``writer_settings`` (multipart sizing),
+    ``overwrite_bucket_root`` (allow an overwrite of a whole bucket, ``s3://bucket``) and ``schema_mismatch``
+    (``"warn"``, ``"error"`` or ``"ignore"``: an append whose column types differ from the table's files).
     """
-    _check_dataframe(df)
+    _check_dataframe(df, "writer")
     return DataFrameWriter(df, _Settings(s3=s3, merge=merge, table=table, catalog=catalog,
                                          max_open_writers=max_open_writers, commit_threads=commit_threads,
-                                         writer_settings=writer_settings, overwrite_bucket_root=overwrite_bucket_root))
+                                         writer_settings=writer_settings, overwrite_bucket_root=overwrite_bucket_root,
+                                         schema_mismatch=SchemaMismatch.parse(schema_mismatch)))
 
 
 @dataclass(frozen=True)
@@ -118,6 +122,7 @@ class _Settings:
     commit_threads: int
     writer_settings: WriterSettings | None
     overwrite_bucket_root: bool
+    schema_mismatch: SchemaMismatch
 
 
 class DataFrameWriter:
@@ -303,7 +308,8 @@ class DataFrameWriter:
         return write(self._df, path, fmt, mode=self._mode, partition_by=self._partition_by or None,
                      partition_overwrite=partition_overwrite, options=options, s3=s.s3, merge=s.merge, table=s.table,
                      catalog=s.catalog, max_open_writers=s.max_open_writers, commit_threads=s.commit_threads,
-                     writer=s.writer_settings, overwrite_bucket_root=s.overwrite_bucket_root)
+                     writer=s.writer_settings, overwrite_bucket_root=s.overwrite_bucket_root,
+                     schema_mismatch=s.schema_mismatch)
 
 
 # ---------------------------------------------------------------- pure helpers
@@ -364,24 +370,22 @@ def _take_path(path: Any, options: dict[str, str]) -> str:
 
 
 def _check_codec(fmt: str, options: dict[str, str]) -> None:
-    """A codec neither Spark nor mpcommit knows gets Spark's CODEC_NOT_AVAILABLE; one of Spark's that mpcommit does
-    not write is left to the format, which refuses it by name."""
+    """A codec name neither Spark nor mpcommit knows gets Spark's CODEC_NOT_AVAILABLE -- the short names
+    :func:`~mpcommit.spark.writer.write` also takes (``gz``, ``bz2``, ``zstandard``) included, since Spark refuses
+    them; one of Spark's that mpcommit does not write is left to the format, which refuses it by name."""
     family = "parquet" if fmt == "parquet" else "text"
     for name in ("compression", "codec") if family == "text" else ("compression", "parquet.compression"):
         value = _pop(options, name, keep=True)
         if value is None:
             continue
         folded = value.strip().lower()
-        if folded in SPARK_CODECS[family] or "." in folded:  # a codec class name is Spark's to resolve
-            continue
-        try:
-            make_format(fmt, {"compression": value})
-        except UsageError:
-            raise SparkWriterError(
-                "CODEC_NOT_AVAILABLE.WITH_AVAILABLE_CODECS_SUGGESTION",
-                f"The codec {value} is not available. Available codecs are {', '.join(MPCOMMIT_CODECS[family])} "
-                f"(what mpcommit writes as {fmt}).",
-            ) from None
+        if folded in SPARK_CODECS[family] or folded in MPCOMMIT_CODECS[family] or "." in folded:
+            continue  # (a codec class name is Spark's to resolve)
+        raise SparkWriterError(
+            "CODEC_NOT_AVAILABLE.WITH_AVAILABLE_CODECS_SUGGESTION",
+            f"The codec {value} is not available. Available codecs are {', '.join(MPCOMMIT_CODECS[family])} "
+            f"(what mpcommit writes as {fmt}).",
+        )
 
 
 def _parquet_codec(options: dict[str, str], conf: Callable[[str, str], str]) -> None:

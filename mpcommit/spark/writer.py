@@ -39,6 +39,8 @@ from ..compaction.planner import MergePolicy
 from ..errors import CommitStateUnknownError, ExecutorEnvironmentError, ProtocolError, UsageError
 from ..formats import make_format
 from ..formats.base import FileFormat
+from ..formats.empty_result import add_empty_result_file
+from ..formats.parquet import ParquetFormat, TimestampType
 from ..formats.partitioning import DEFAULT_MAX_OPEN_WRITERS, PartitionedWriter, data_schema, resolve_partition_columns
 from ..modes import PartitionOverwrite, WriteMode
 from ..options import S3Options, WriterSettings
@@ -48,6 +50,7 @@ from ..protocol.layout import parse_uri
 from ..protocol.records.job import MergedFile
 from ..protocol.records.manifest import TaskResult
 from ..protocol.task import JobSpec
+from .table_schema import SchemaMismatch, check_existing_files
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -93,6 +96,7 @@ def write(
     table: str | None = None,
     catalog: Catalog | str | None = None,
     overwrite_bucket_root: bool = False,
+    schema_mismatch: str | SchemaMismatch = "warn",
     _task_hook: TaskHook | None = None,
 ) -> CommitReport:
     """Write ``df`` to ``uri`` (``s3://``, ``s3a://`` or ``s3n://``) and commit it; return the commit report.
@@ -110,7 +114,10 @@ def write(
     ``table``: "db.name" to register the committed partitions and their statistics in, after the commit, in
     ``catalog`` (default: the DataFrame's session catalog; "glue", or a :class:`~mpcommit.catalog.Catalog`);
     see docs/CATALOG.md. ``overwrite_bucket_root``: allow an overwrite of a bucket's root (``s3://bucket``),
-    which replaces every object in the bucket; refused without it.
+    which replaces every object in the bucket; refused without it. ``schema_mismatch``: when appending (or
+    overwriting partitions dynamically), one existing file's column types (a Parquet footer, a CSV header) are
+    compared with this write's first: ``"warn"`` (a :class:`~mpcommit.spark.table_schema.SchemaMismatchWarning`
+    naming each column and both types), ``"error"`` (``SchemaMismatchError``, nothing written) or ``"ignore"``.
 
     The report gives the job id, the committed files, bytes, rows, partitions and timings (``write``: creating
     the job to the last task's result; ``merge``: the commit-time merge; ``commit``: the job commit).
@@ -120,6 +127,7 @@ def write(
             f"merge must be None or a MergePolicy (from mpcommit.compaction import MergePolicy), got {merge!r}"
         )
     _check_dataframe(df)
+    mismatch = SchemaMismatch.parse(schema_mismatch)
     if catalog is not None and table is None:
         raise UsageError("write(catalog=...) needs table='db.name' to register into")
     target = None
@@ -137,6 +145,7 @@ def write(
     destination = parse_uri(uri)
     schema = _arrow_schema(df)
     columns = resolve_partition_columns(schema, partition_by)
+    fmt = _with_session_settings(fmt, df, data_schema(schema, columns))
     fmt.check_schema(data_schema(schema, columns))
     check_bucket_root_overwrite(destination, write_mode, overwrite, allowed=overwrite_bucket_root,
                                 partitioned=bool(columns))
@@ -146,6 +155,14 @@ def write(
     if job.ignored:
         log.info("%s holds data and mode is 'ignore': nothing written", job.destination.uri)
         return job.commit([])
+    if write_mode is WriteMode.APPEND or (write_mode is WriteMode.OVERWRITE and overwrite is PartitionOverwrite.DYNAMIC
+                                          and columns):
+        try:  # files of this write will sit beside the table's existing ones
+            check_existing_files(job.store, job.destination, fmt, data_schema(schema, columns),
+                                 partition_levels=len(columns), policy=mismatch)
+        except BaseException:
+            _abort_quietly(job)
+            raise
 
     plan = _TaskPlan(spec=job.spec, fmt=fmt, partition_columns=columns, max_open_writers=max_open_writers,
                      max_records_per_file=max_records, task_hook=_task_hook, stage_small=merge is not None)
@@ -157,6 +174,8 @@ def write(
         with _job_description(df, f"mpcommit: write {fmt.name} to {job.destination.uri} (job {job.job_id})"):
             rows = df.mapInArrow(run_task, RESULT_SCHEMA).collect()
         results = [TaskResult.from_bytes(bytes(row[0]), destination=job.destination, job_id=job.job_id) for row in rows]
+        # No rows at all: the file Spark's writer leaves, so that readers still find the schema.
+        results = add_empty_result_file(job.spec, fmt, data_schema(schema, columns), results, partitioned=bool(columns))
     except BaseException as exc:
         _abort_quietly(job)
         missing = _missing_module(exc)
@@ -280,9 +299,31 @@ def _local_dir() -> str | None:
 
 
 # ---------------------------------------------------------------- driver helpers
-def _check_dataframe(df: Any) -> None:
-    if not all(hasattr(df, attr) for attr in ("mapInArrow", "schema", "sparkSession")):
-        raise UsageError(f"mpcommit.spark.write takes a PySpark DataFrame, got {type(df).__name__}")
+def _check_dataframe(df: Any, function: str = "write") -> None:
+    """Refuse anything but a PySpark DataFrame (classic or Connect), naming the function called and the type given
+    by its module (a pandas or polars DataFrame is also called DataFrame)."""
+    if all(hasattr(df, attr) for attr in ("mapInArrow", "schema", "sparkSession")):
+        return
+    kind = type(df)
+    name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+    hint = ""
+    if kind.__module__.split(".")[0] in ("pandas", "polars", "pyarrow"):
+        hint = " Make it a Spark DataFrame first: spark.createDataFrame(data)."
+    raise UsageError(f"mpcommit.spark.{function} takes a PySpark DataFrame, got {name}.{hint} Nothing was written.")
+
+
+def _with_session_settings(fmt: FileFormat, df: "DataFrame", file_schema: pa.Schema) -> FileFormat:
+    """The format with what Spark's writer takes from the session rather than from options: Parquet's
+    ``spark.sql.parquet.outputTimestampType`` (INT96 unless set)."""
+    if not isinstance(fmt, ParquetFormat):
+        return fmt
+    chosen = TimestampType.parse(str(df.sparkSession.conf.get("spark.sql.parquet.outputTimestampType", "INT96")))
+    fmt = dataclasses.replace(fmt, timestamp_type=chosen)
+    if chosen is TimestampType.INT96 and not fmt.int96_for(file_schema):
+        log.warning("spark.sql.parquet.outputTimestampType is INT96, but the data has TIMESTAMP_NTZ columns, which "
+                    "INT96 cannot hold and pyarrow cannot store beside INT96 ones: every timestamp is written as INT64 "
+                    "microseconds (Spark reads back the same types)")
+    return fmt
 
 
 def _pop_max_records(options: dict[str, Any]) -> int:

@@ -97,8 +97,9 @@ def translate(exc: BaseException, *, operation: str, bucket: str = "", key: str 
         where_to = endpoint or "(default)"
         if why is not None and not reached:
             return e.EndpointUnreachableError(
-                f"{subject} failed: could not reach the endpoint {where_to}: {why}. Check --endpoint-url / "
-                "AWS_ENDPOINT_URL (e.g. http://127.0.0.1:4566) and that the server is running",
+                f"{subject} failed: could not reach the endpoint {where_to}: {why}. Check the endpoint, "
+                "S3Options(endpoint_url=...) or AWS_ENDPOINT_URL (e.g. http://127.0.0.1:4566), and that the server is "
+                "running",
                 operation=operation, code="EndpointUnreachable", bucket=bucket, key=key,
             )
         return e.TransientEndpointError(

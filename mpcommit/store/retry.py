@@ -70,5 +70,5 @@ def _advice(last: TransientStoreError) -> str:
     if isinstance(last, ThrottledError):
         return "S3 kept asking to slow down: retry later, or raise S3Options.retry.max_attempts."
     if isinstance(last, EndpointUnreachableError):
-        return "Check --endpoint-url / AWS_ENDPOINT_URL, that the server is running, and the network."
+        return "Check the endpoint, S3Options(endpoint_url=...) or AWS_ENDPOINT_URL, that the server is running, and the network."
     return "The store is unavailable or the network unreliable: retry later, or raise S3Options.retry.max_attempts."

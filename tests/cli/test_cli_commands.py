@@ -271,6 +271,7 @@ def test_an_endpoint_nothing_listens_on_is_reported_once_and_at_once():
     result = run([*mpcommit_command(), "--endpoint-url", f"http://127.0.0.1:{port}", "uploads", "list", "s3://bkt/t"])
     assert_clean_error(result, 1, "could not reach the endpoint", "connection refused", f"http://127.0.0.1:{port}")
     assert result.stderr.count("could not reach the endpoint") == 1 and len(result.stderr.strip().splitlines()) == 1
+    assert "--endpoint-url" in result.stderr and "S3Options" not in result.stderr, "the command line's own flag"
     for wrong in ("throttl", "slow down", "max_attempts", "attempts"):
         assert wrong not in result.stderr.lower(), result
 

@@ -107,3 +107,20 @@ def test_properties(specs: list[tuple[int, int]], avg: int, target: int, rnd: ra
         assert all(c.size < target and c.partition == b.partition for c in b.sources)
     order = [(b.partition, b.group, b.sources[0].key) for b in bins]
     assert order == sorted(order)
+
+
+def test_the_reason_nothing_is_merged_names_the_rule_that_failed() -> None:
+    from mpcommit.compaction.planner import explain_no_bins
+
+    policy = MergePolicy(small_file_avg=100, target_size=150)
+    assert explain_no_bins([], policy) == "no data files of a known format"
+    one_each = [Candidate("p=1/a", 10, partition="p=1"), Candidate("p=2/a", 10, partition="p=2")]
+    assert explain_no_bins(one_each, policy) == "no partition holds more than one file of one format"
+    large = [Candidate(f"p=1/{i}", 500, partition="p=1") for i in range(3)]
+    assert "no partition's average file is under the small-file threshold of 100 bytes" == explain_no_bins(large, policy)
+    # Average 90 (< 100): small, but 80 + 80 > 150 and the 110-byte one pairs with nothing.
+    unpaired = [Candidate("p=1/a", 80, partition="p=1"), Candidate("p=1/b", 80, partition="p=1"),
+                Candidate("p=1/c", 110, partition="p=1")]
+    assert plan_bins(unpaired, policy) == []
+    assert explain_no_bins(unpaired, policy).startswith("1 partition(s) average under the small-file threshold")
+    assert "within the target size of 150 bytes: raise the target size" in explain_no_bins(unpaired, policy)

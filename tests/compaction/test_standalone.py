@@ -292,6 +292,41 @@ def test_cli(backend, bucket) -> None:
     assert mixed.returncode == 1 and "schema" in mixed.stderr and "Traceback" not in mixed.stderr
 
 
+def test_cli_progress_in_a_log_the_summary_the_predicted_refusal_and_the_reason_for_nothing(moto_backend) -> None:
+    backend = moto_backend
+    bucket = backend.new_bucket()
+    json_dataset(backend, bucket)
+    # stderr is a pipe here, as under cron: progress comes as plain lines, the table can be left out.
+    done = cli(backend, "compact", f"s3://{bucket}/t", "--small-file-avg", "5MB", "--summary")
+    assert done.returncode == 0, done.stderr
+    progress = done.stderr.splitlines()
+    for line in ("mpcommit: listing files: 8/8", "mpcommit: planning bins: 1/1", "mpcommit: merging bins: 1/1",
+                 "mpcommit: deleting merged sources: 4/4"):
+        assert line in progress, done.stderr
+    assert done.stdout.startswith("Job ") and "merged files replaced 4 files" in done.stdout, done.stdout
+    assert "dt=1" not in done.stdout and len(done.stdout.strip().splitlines()) == 1, "the totals only"
+
+    # Average under the threshold, but the files too big to pair within the target: said so, not "no average under".
+    nothing = cli(backend, "compact", f"s3://{bucket}/t", "--small-file-avg", "100MB", "--target-size", "6MB")
+    assert nothing.returncode == 0, nothing.stderr
+    assert "no two of their files fit together within the target size of 6,000,000 bytes" in nothing.stdout
+    assert "raise the target size" in nothing.stdout and "average file is under" not in nothing.stdout
+    big = cli(backend, "compact", f"s3://{bucket}/t", "--small-file-avg", "1kB", "--json")
+    assert json.loads(big.stdout)["reason"].startswith("no partition's average file is under the small-file")
+
+    # CSV files that all start with the same line: the real run refuses to guess, and the dry run says so first.
+    for name in "abc":
+        put(backend, bucket, f"c/{name}.csv", b"id,name\n" + f"{name},1\n".encode())
+    dry = cli(backend, "compact", f"s3://{bucket}/c", "--dry-run")
+    assert dry.returncode == 1, dry
+    assert "would not be merged" in dry.stderr and "a header or data?" in dry.stderr, dry.stderr
+    assert "1 of 1 bins would be skipped by the real run" in dry.stderr
+    assert "Dry run: 0 merged files would replace 0 files" in dry.stdout and "would be skipped" in dry.stdout
+    real = cli(backend, "compact", f"s3://{bucket}/c")
+    assert real.returncode == 1 and "a header or data?" in real.stderr
+    assert visible_keys(backend.client, bucket, "c") == {"c/a.csv", "c/b.csv", "c/c.csv"}
+
+
 def test_request_counts(backend, bucket) -> None:
     """Six small files in one partition cost exactly this: one listing to plan, one of the journals (files of a
     job that is committing are left alone) and one to check the sources again before the commit (not a HEAD

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import math
+import re
 from typing import Any
 
 import pytest
@@ -37,8 +38,8 @@ FORMATS = {
 
 
 def source_frame(spark: Any, fmt: str) -> Any:
-    """Rows over every partition value, with values whose text forms differ between writers (no leading or
-    trailing blanks in strings: Spark's CSV writer trims them, mpcommit's keeps them)."""
+    """Rows over every partition value, with values whose text forms differ between writers (blanks at either end
+    of a string: both CSV writers trim them by default)."""
     rows = []
     for i in range(len(KEYS) * 6):
         k, n = KEYS[i % len(KEYS)], 1 + (i // len(KEYS)) % 2
@@ -46,7 +47,8 @@ def source_frame(spark: Any, fmt: str) -> Any:
             rows.append((f"line {i}: {k}, \"quoted\"" if i % 7 else "", k, n))
             continue
         x = [0.1, -2.5e20, float("nan"), float("inf"), -0.0, None][i % 6]
-        s = ["plain", 'with, comma and "quotes"', "", None, "ünï 日本", "back\\slash", 'both \\"', "end,\\"][i % 8]
+        s = ["plain", 'with, comma and "quotes"', "", None, "ünï 日本", "back\\slash", 'both \\"', "end,\\",
+             "  padded\t"][i % 9]
         rows.append((i, x, float(i // 3), i % 3 == 0 if i % 4 else None, dt.date(2024, 1, 1 + i % 28),
                      dt.datetime(2024, 3, 1, 12, 30, i % 60, 123000 * (i % 3)) if i % 5 else None,
                      decimal.Decimal(i) / 8, s, k, n))
@@ -104,7 +106,45 @@ def test_spark_reads_an_mpcommit_table_as_it_reads_its_own(s3a_spark, s3a_backen
     # Read with the written DataFrame's own types: exactly the rows written. "" and null share a partition and
     # read back as null, and Spark's CSV reader takes a "" field for null: so in Spark's own tables too.
     typed = spark.read.format(fmt).options(**read_options).schema(df.schema).load(f"s3a://{bucket}/mpcommit")
+    # CSV trims blanks at either end of a string, as Spark's own CSV writer does by default.
     empty_is_null = {"k"} | ({"s"} if fmt == "csv" else set())
-    expected = [tuple(None if (name in empty_is_null and v == "") else v for name, v in zip(df.columns, row))
-                for row in df.collect()]
+    trimmed = (lambda v: v.strip("".join(chr(c) for c in range(1, 33))) if isinstance(v, str) else v) \
+        if fmt == "csv" else (lambda v: v)
+    expected = [tuple(None if (name in empty_is_null and v == "") else (trimmed(v) if name == "s" else v)
+                      for name, v in zip(df.columns, row)) for row in df.collect()]
     assert comparable(typed.select(*df.columns).collect()) == comparable(expected)
+
+
+@pytest.mark.parametrize("s3a_backend,fmt", on_backends(list(FORMATS)), indirect=["s3a_backend"])
+def test_an_empty_result_leaves_what_sparks_writer_leaves(s3a_spark, s3a_backend: Backend, s3a_bucket: str,
+                                                          fmt: str) -> None:
+    """No rows: the same files as Spark's df.write (one schema-only Parquet file, a header-only CSV, an empty JSON or
+    text file), and spark.read of the table gives the schema and zero rows -- through write() and writer()."""
+    from mpcommit.spark import writer
+
+    spark, bucket, backend = s3a_spark, s3a_bucket, s3a_backend
+    write_options, read_options = FORMATS[fmt]
+    df = source_frame(spark, fmt).drop("k", "n").filter("false")
+    write(df, f"s3a://{bucket}/mpcommit", fmt, mode="overwrite", options=write_options, s3=backend.options)
+    writer(df, s3=backend.options).mode("overwrite").options(**write_options).format(fmt) \
+        .save(f"s3a://{bucket}/fluent")
+    df.write.format(fmt).options(**write_options).save(f"s3a://{bucket}/spark")
+
+    def files(prefix: str) -> list[tuple[str, bytes]]:
+        """(task, cNNN and extension, bytes) of each data file: part-00000-JOBID.c000.EXT, part-00000-UUID-c000.EXT."""
+        keys = sorted(k for k in visible_keys(backend.client, bucket, prefix) if not k.endswith("/"))
+        names = [re.sub(r"^part-(\d{5})-.+[.-](c\d{3})\.", r"\1 \2 ", k.rsplit("/", 1)[1]) for k in keys]
+        return [(name, backend.client.get_object(Bucket=bucket, Key=k)["Body"].read()) for name, k in zip(names, keys)]
+
+    theirs = files("spark")
+    assert len(theirs) == 1 and theirs[0][0].startswith("00000 c000 "), theirs
+    for prefix in ("mpcommit", "fluent"):
+        ours = files(prefix)
+        assert [name for name, _ in ours] == [name for name, _ in theirs], prefix
+        if fmt != "parquet":  # Parquet's footers name their writer; the other formats' bytes are Spark's
+            assert [data for _, data in ours] == [data for _, data in theirs], prefix
+        table = spark.read.format(fmt).options(**read_options).load(f"s3a://{bucket}/{prefix}")
+        assert table.schema == spark.read.format(fmt).options(**read_options).load(f"s3a://{bucket}/spark").schema
+        assert table.count() == 0
+        if fmt == "parquet":
+            assert table.schema == df.schema

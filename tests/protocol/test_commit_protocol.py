@@ -416,7 +416,9 @@ def test_an_endpoint_nothing_listens_on_fails_at_once_and_says_so():
     assert not isinstance(info.value, TransientStoreError)
     assert store.request_counts() == {"head_bucket": 1}, "no retries on a connection refused by a fresh endpoint"
     assert message.count("could not reach the endpoint") == 1 and "connection refused" in message
-    assert f"http://127.0.0.1:{port}" in message and "--endpoint-url" in message
+    # The Python API's setting, not the command line's flag.
+    assert f"http://127.0.0.1:{port}" in message and "S3Options(endpoint_url=...)" in message
+    assert "--endpoint-url" not in message
     assert "slow down" not in message and "throttl" not in message and "max_attempts" not in message
 
 

@@ -63,7 +63,9 @@ def expected(winners: Mapping[int, int], *, job_id: str = JOB_ID, prefix: str = 
     """The visible dataset after committing attempt ``winners[t]`` of each task ``t``."""
     out: dict[str, bytes] = {}
     for task_id, attempt in winners.items():
-        for number, (partition, data) in enumerate(files_of(task_id, attempt)):
+        numbers: dict[str, int] = {}  # cNNN counts per partition directory of a task, as Spark's does
+        for partition, data in files_of(task_id, attempt):
+            number = numbers[partition] = numbers.get(partition, -1) + 1
             out[key_of(prefix, partition, task_id, job_id, number)] = data
     return out
 

@@ -19,7 +19,6 @@ import pytest
 
 from mpcommit import Job, RetryPolicy, S3Options
 from mpcommit.errors import (
-    AccessDeniedError,
     CommitStateUnknownError,
     EndpointUnreachableError,
     InvalidCredentialsError,
@@ -275,7 +274,10 @@ def test_hostile_partition_values_stay_inside_the_destination_and_round_trip(bac
                 out.write(f"{n}\n".encode())
         ref = task.commit()
     report = job.commit([ref])
-    expected = {f"t/{path}/part-00000-{JOB}.c{n:03d}.txt": f"{n}\n".encode() for n, (_p, path, _v) in enumerate(PARTITIONS)}
+    expected, numbers = {}, {}  # cNNN counts per partition directory of a task (values may share a path)
+    for n, (_p, path, _v) in enumerate(PARTITIONS):
+        number = numbers[path] = numbers.get(path, -1) + 1
+        expected[f"t/{path}/part-00000-{JOB}.c{number:03d}.txt"] = f"{n}\n".encode()
     check_committed(backend.client, v.bucket, "t", JOB, expected, other={})
     for partition, path, value in PARTITIONS:
         if value is not None:
@@ -365,7 +367,7 @@ def test_zero_byte_files_and_an_empty_job_commit(backend):
         ref = task.commit()
     report = job.commit([ref])
     assert report.bytes == 0 and report.files == 2
-    expected = {f"t/dt={i}/part-00000-{JOB}.c{i - 1:03d}.txt": b"" for i in (1, 2)}
+    expected = {f"t/dt={i}/part-00000-{JOB}.c000.txt": b"" for i in (1, 2)}  # c000 in each directory
     check_committed(backend.client, v.bucket, "t", JOB, expected)
     # A job whose tasks wrote nothing commits an empty dataset: _SUCCESS with no files.
     empty = Job.create(f"s3://{v.bucket}/e", s3=backend.options)
@@ -399,18 +401,19 @@ def test_no_credentials_at_all_is_a_clear_error(backend, monkeypatch, tmp_path):
 
 def test_unknown_credentials_are_a_clear_error_and_not_retried(backend):
     """S3 answers unknown credentials with 403 InvalidAccessKeyId -- except on HEAD, which has no body, so only
-    the status says it: both are refused at once with a message that points at the credentials."""
+    the status says it and one listing is asked why: both are refused at once, naming the unknown access key."""
     bucket = backend.new_bucket("mpc-host")
     rule = FaultRule(1.0, (Fault.INVALID_ACCESS_KEY,))
     with FaultProxy(backend.endpoint_url, default=rule) as proxy:
         options = dataclasses.replace(backend.options, endpoint_url=proxy.endpoint_url, retry=IMPATIENT)
-        with pytest.raises(AccessDeniedError, match="403.*check the credentials"):
-            Job.create(f"s3://{bucket}/t", s3=options)  # HeadBucket: a bare 403
-        assert proxy.total_requests == 1  # refused credentials are not worth retrying
+        # HeadBucket: a bare 403; one listing, which has a body, tells why.
+        with pytest.raises(InvalidCredentialsError, match=r"head_bucket .* was refused \(403.*access key id is unknown"):
+            Job.create(f"s3://{bucket}/t", s3=options)
+        assert proxy.total_requests == 2  # refused credentials are not worth retrying
         proxy.configure(rules={"HeadBucket": FaultRule(0.0)}, default=rule)
         with pytest.raises(InvalidCredentialsError, match="put_object .* access key id is unknown") as info:
             Job.create(f"s3://{bucket}/t", s3=options)
-        assert proxy.total_requests == 3
+        assert proxy.total_requests == 4
     assert info.value.code == "InvalidAccessKeyId"
     assert backend.client.list_objects_v2(Bucket=bucket).get("KeyCount") == 0
 

@@ -69,8 +69,8 @@ def files_of(tag: str, task_id: int, attempt: int) -> list[tuple[str, bytes]]:
 
 
 def keys_of(mj: ModelJob, task_id: int, attempt: int) -> dict[str, bytes]:
-    return {f"t/{p}/part-{task_id:05d}-{mj.job.job_id}.c{n:03d}.txt": data
-            for n, (p, data) in enumerate(files_of(mj.tag, task_id, attempt))}
+    # A task's files in distinct partition directories: each is its directory's c000, as in Spark.
+    return {f"t/{p}/part-{task_id:05d}-{mj.job.job_id}.c000.txt": data for p, data in files_of(mj.tag, task_id, attempt)}
 
 
 def make_machine(backend):

@@ -31,7 +31,11 @@ def s3_filesystem(endpoint_url: str) -> Any:
 
 def read_table(fs: Any, bucket: str, prefix: str, *, fmt: Any = "parquet", partitions: pa.Schema | None = None,
                schema: pa.Schema | None = None) -> pa.Table:
-    """The table under ``bucket/prefix`` as pyarrow's dataset reader sees it (Hive partitions decoded)."""
+    """The table under ``bucket/prefix`` as pyarrow's dataset reader sees it (Hive partitions decoded). Parquet's
+    INT96 timestamps (Spark's default, and so the Spark writer's) are read in microseconds, not pyarrow's default
+    nanoseconds, which overflow outside 1677-2262; INT96 has no time zone, so they read back without one."""
+    if fmt == "parquet":
+        fmt = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(coerce_int96_timestamp_unit="us"))
     partitioning = ds.partitioning(partitions, flavor="hive") if partitions is not None else None
     dataset = ds.dataset(f"{bucket}/{prefix}", filesystem=fs, format=fmt, partitioning=partitioning, schema=schema)
     return dataset.to_table()

@@ -135,7 +135,7 @@ def test_mpcommits_own_settings_are_the_writer_arguments(spark, store) -> None: 
     assert root.rows == 40 and all(f.startswith("dt=") for f in root.filenames), "the whole bucket was replaced"
     with pytest.raises(UsageError, match="merge must be None or a MergePolicy"):
         writer(df, s3=store.options, merge=1).json(f"s3://{bucket}/u")  # type: ignore[arg-type]
-    with pytest.raises(UsageError, match="takes a PySpark DataFrame"):
+    with pytest.raises(UsageError, match="mpcommit.spark.writer takes a PySpark DataFrame, got list"):
         writer([1, 2])  # type: ignore[arg-type]
 
 
@@ -162,6 +162,11 @@ def refused(spark: Any, store: Any, call: Any, error: type[Exception], match: st
     (lambda w, u: w.option("compression", "bogus").parquet(u), "codec bogus is not available.*snappy",
      "CODEC_NOT_AVAILABLE.WITH_AVAILABLE_CODECS_SUGGESTION"),
     (lambda w, u: w.csv(u, compression="zip"), "codec zip is not available.*gzip",
+     "CODEC_NOT_AVAILABLE.WITH_AVAILABLE_CODECS_SUGGESTION"),
+    # Short names write() takes, which Spark refuses.
+    (lambda w, u: w.option("compression", "zstandard").parquet(u), "codec zstandard is not available.*zstd",
+     "CODEC_NOT_AVAILABLE.WITH_AVAILABLE_CODECS_SUGGESTION"),
+    (lambda w, u: w.json(u, compression="gz"), "codec gz is not available.*gzip",
      "CODEC_NOT_AVAILABLE.WITH_AVAILABLE_CODECS_SUGGESTION"),
     (lambda w, u: w.partitionBy("id", "name", "dt").parquet(u), "Cannot use all columns",
      "ALL_PARTITION_COLUMNS_NOT_ALLOWED"),

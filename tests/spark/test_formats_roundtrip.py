@@ -14,11 +14,13 @@ import pyarrow as pa
 import pyarrow.csv as pcsv
 import pyarrow.dataset as ds
 import pyarrow.json as pjson
+import pyarrow.parquet as pq
 import pytest
 
 from mpcommit.spark import write
 from tests.spark.support import SPARK_MARKS, assert_clean, data_keys, read_table, sorted_rows
 from tests.support.checks import read_object
+from tests.support.spark_s3a import session_settings
 
 pytestmark = SPARK_MARKS
 
@@ -80,9 +82,33 @@ def test_parquet_round_trip(frame, backend, bucket, pyarrow_fs, compression, ext
     assert keys and all(k.endswith(f".{ext}") and f"-{report.job_id}.c" in k for k in keys)
     assert report.files == len(keys) and report.rows == ROWS
     assert sorted(report.partitions) == ["k=__HIVE_DEFAULT_PARTITION__", "k=east%2Fwest", "k=north", "k=south"]
+    # Timestamps as Spark writes them by default (spark.sql.parquet.outputTimestampType=INT96): UTC instants
+    # without a zone in the file.
+    footer = pq.read_metadata(pa.BufferReader(read_object(backend.client, bucket, sorted(keys)[0])))
+    assert footer.schema.column(footer.schema.names.index("ts")).physical_type == "INT96"
     table = read_table(pyarrow_fs, bucket, "t", partitions=KEY_PARTITION)
+    table = table.set_column(table.schema.get_field_index("ts"), "ts", table.column("ts").cast(pa.timestamp("us", "UTC")))
     assert sorted_rows(with_string_key(table), columns=columns) == expected(frame, columns)
     assert_clean(backend.client, bucket, "t")
+
+
+@pytest.mark.parametrize("setting,physical,unit", [("TIMESTAMP_MICROS", "INT64", "us"), ("TIMESTAMP_MILLIS", "INT64", "ms")])
+def test_parquet_timestamps_follow_the_sessions_output_timestamp_type(spark, moto_backend, setting, physical,
+                                                                       unit) -> None:  # noqa: ANN001
+    """spark.sql.parquet.outputTimestampType decides how TIMESTAMP columns are stored, as in Spark's writer;
+    TIMESTAMP_NTZ stays INT64 microseconds, and MILLIS cuts off the sub-millisecond digits, as Spark does."""
+    bucket = moto_backend.new_bucket()
+    df = spark.createDataFrame([(1, dt.datetime(2024, 3, 1, 12, 30, 1, 123456))], "id long, ts timestamp")
+    with session_settings(spark, {"spark.sql.parquet.outputTimestampType": setting}):
+        write(df, f"s3://{bucket}/t", s3=moto_backend.options)
+    (key,) = data_keys(moto_backend.client, bucket, "t")
+    data = read_object(moto_backend.client, bucket, key)
+    column = pq.read_metadata(pa.BufferReader(data)).schema.column(1)
+    logical = str(column.logical_type)
+    assert column.physical_type == physical and "isAdjustedToUTC=true" in logical
+    assert f"timeUnit={'microseconds' if unit == 'us' else 'milliseconds'}" in logical
+    want = dt.datetime(2024, 3, 1, 12, 30, 1, 123456 if unit == "us" else 123000, tzinfo=dt.timezone.utc)
+    assert pq.read_table(pa.BufferReader(data)).column("ts").to_pylist()[0] == want
 
 
 def test_csv_round_trip_with_header_and_gzip(frame, backend, bucket, pyarrow_fs) -> None:  # noqa: ANN001

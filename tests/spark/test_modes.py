@@ -128,21 +128,49 @@ def test_ignore_mode_on_existing_data_runs_no_spark_job(spark, store) -> None:  
     assert not report.ignored and report.rows == 50
 
 
-def test_empty_dataframe_writes_no_files_but_a_success_and_overwrite_still_replaces(spark, store) -> None:  # noqa: ANN001
+def test_empty_dataframe_writes_what_spark_writes_and_overwrite_still_replaces(spark, store) -> None:  # noqa: ANN001
     bucket = store.new_bucket()
     write(events(spark, ["d1"]), f"s3://{bucket}/t", mode="append", partition_by=["day"], s3=store.options)
     empty = events(spark, ["d1"]).limit(0)
     report = write(empty, f"s3://{bucket}/t", mode="overwrite", partition_by=["day"], s3=store.options)
     assert report.files == 0 and report.rows == 0
-    assert data_keys(store.client, bucket, "t") == set(), "overwrite with no rows leaves an empty table, as Spark does"
+    assert data_keys(store.client, bucket, "t") == set(), "partitioned, no rows: an empty table, as Spark leaves it"
     assert success(store.client, bucket, "t")["files"] == 0
+    # Not partitioned: the one file Spark's writer leaves for no rows (a CSV without a header: empty).
     report = write(spark.createDataFrame([], "id long"), f"s3://{bucket}/fresh", mode="error", format="csv",
                    s3=store.options)
-    assert {k for k in all_keys(store.client, bucket, "fresh") if "/_mpcommit/" not in k} == {"fresh/_SUCCESS"}
+    assert {k for k in all_keys(store.client, bucket, "fresh") if "/_mpcommit/" not in k} == {
+        "fresh/_SUCCESS", f"fresh/part-00000-{report.job_id}.c000.csv"}
+    assert read_object(store.client, bucket, f"fresh/part-00000-{report.job_id}.c000.csv") == b""
+    assert (report.files, report.rows) == (1, 0)
     # Empty, but a table now: mode error refuses it.
     with pytest.raises(DestinationExistsError):
         write(spark.createDataFrame([], "id long"), f"s3://{bucket}/fresh", s3=store.options)
     assert_clean(store.client, bucket, "t")
+
+
+def test_an_empty_result_reads_back_in_spark_with_its_schema(spark, store, tmp_path) -> None:  # noqa: ANN001
+    """writer() and write() of no rows leave Spark's files: spark.read finds the schema and no rows (before, the
+    table held only _SUCCESS and spark.read.parquet failed with UNABLE_TO_INFER_SCHEMA)."""
+    from mpcommit.spark import writer
+
+    bucket = store.new_bucket()
+    df = spark.createDataFrame([(1, "a", 2.5)], "id long, name string, v double").filter("id < 0")
+    report = writer(df, s3=store.options).mode("overwrite").parquet(f"s3://{bucket}/p")
+    (key,) = data_keys(store.client, bucket, "p")
+    assert key == f"p/part-00000-{report.job_id}.c000.snappy.parquet" and report.rows == 0
+    header = write(df, f"s3://{bucket}/c", format="csv", options={"header": "true", "compression": "gzip"},
+                   s3=store.options)
+    (csv_key,) = data_keys(store.client, bucket, "c")
+    assert csv_key == f"c/part-00000-{header.job_id}.c000.csv.gz"
+    for name, got in (("p", key), ("c", csv_key)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / got.rsplit("/", 1)[1]).write_bytes(read_object(store.client, bucket, got))
+    back = spark.read.parquet(str(tmp_path / "p"))
+    assert back.schema == df.schema and back.count() == 0
+    back = spark.read.options(header="true", inferSchema="true").csv(str(tmp_path / "c"))
+    assert back.columns == ["id", "name", "v"] and back.count() == 0
+    assert_clean(store.client, bucket, "p")
 
 
 def test_max_records_per_file_splits_files(spark, store, fs) -> None:  # noqa: ANN001

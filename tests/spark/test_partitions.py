@@ -53,6 +53,8 @@ def test_one_task_with_many_more_partitions_than_open_writers(spark, moto_backen
         per_partition[key.rsplit("/", 1)[0]] = per_partition.get(key.rsplit("/", 1)[0], 0) + 1
     assert len(per_partition) == n_days and set(per_partition.values()) == {1}, "one file per partition"
     assert all("part-00000-" in k for k in keys), "all from the one task"
+    # As Spark names them: the cNNN counter starts again at c000 in each partition directory of a task.
+    assert {k.rsplit(".c", 1)[1].split(".")[0] for k in keys} == {"000"}
     from urllib.parse import urlsplit
 
     from pyarrow import fs as pafs

@@ -23,8 +23,9 @@ from mpcommit.formats.csv_encoding import CsvQuoting
 from mpcommit.formats.java_text import DateTimePattern, java_floating_text
 
 GOLDEN = json.loads((Path(__file__).parent / "data" / "spark_csv_golden.json").read_text())
-#: Spark trims whitespace when writing unless told not to; mpcommit keeps it unless told to trim (see csv_encoding).
+#: Spark trims whitespace when writing unless told not to; so does mpcommit (see csv_encoding).
 SPARK_TRIM = {"ignoreLeadingWhiteSpace": "true", "ignoreTrailingWhiteSpace": "true"}
+KEEP = {"ignoreLeadingWhiteSpace": "false", "ignoreTrailingWhiteSpace": "false"}
 
 
 def encode(options: dict[str, Any], batch: pa.RecordBatch) -> str:
@@ -42,8 +43,8 @@ def strings_batch(values: list[str | None]) -> pa.RecordBatch:
 
 
 def as_spark_writes(options: dict[str, str]) -> dict[str, str]:
-    """The options under which mpcommit must write Spark's bytes: Spark's trimming unless the case set it."""
-    return options if "ignoreLeadingWhiteSpace" in options else {**options, **SPARK_TRIM}
+    """The options under which mpcommit must write Spark's bytes: the same ones (both trim by default)."""
+    return options
 
 
 # ---------------------------------------------------------------- Spark's bytes
@@ -89,13 +90,14 @@ def test_crlf_line_separator_leaves_line_breaks_in_values_alone() -> None:
     assert got == case["spark"].replace("line\r\nbreak", "line\nbreak").replace("crlf\r\r\nx", "crlf\r\nx")
 
 
-def test_whitespace_is_kept_and_quoted_unless_trimming_is_asked_for() -> None:
+def test_whitespace_is_trimmed_as_spark_does_unless_kept_and_then_quoted() -> None:
     values = [" lead", "trail ", " both ", "\ttab", " ", "in side", "x\x00"]
-    kept = encode({}, strings_batch(values))
+    trimmed = '0,lead\n1,trail\n2,both\n3,tab\n4,""\n5,in side\n6,x\x00\n'  # Spark's own bytes
+    assert encode({}, strings_batch(values)) == trimmed, "Spark's default: trimmed"
+    assert encode(SPARK_TRIM, strings_batch(values)) == trimmed
+    kept = encode(KEEP, strings_batch(values))
     assert kept == '0," lead"\n1,"trail "\n2," both "\n3,"\ttab"\n4," "\n5,in side\n6,x\x00\n'
-    trimmed = encode(SPARK_TRIM, strings_batch(values))
-    assert trimmed == '0,lead\n1,trail\n2,both\n3,tab\n4,""\n5,in side\n6,x\x00\n'  # Spark's own bytes
-    assert encode({"ignoreLeadingWhiteSpace": "true"}, strings_batch(values)).splitlines()[:2] == ["0,lead", '1,"trail "']
+    assert encode({"ignoreTrailingWhiteSpace": "false"}, strings_batch(values)).splitlines()[:2] == ["0,lead", '1,"trail "']
 
 
 # ---------------------------------------------------------------- Spark's writer rules, value by value

@@ -269,9 +269,9 @@ def test_csv_quotes_and_backslashes_are_escaped_as_sparks_reader_expects() -> No
     data, _ = write_file(make_format("csv"), [batch])
     # Quoted only where needed; inside quotes \" and \\ (Spark's escape default), never RFC 4180's "". Unquoted
     # fields are taken as they are (a backslash there escapes nothing). tests/interop reads these back with Spark.
-    # Whitespace at either end is kept and quoted (Spark trims it unless told not to; see csv_encoding).
+    # Whitespace at either end is trimmed, as Spark's writer trims it by default (see csv_encoding).
     assert data.decode() == ('"say \\"hi\\""\nback\\slash\n"both \\\\\\""\n"a,b\\\\"\n"line\nbreak"\n"cr\rx"\n""\n\n'
-                             '" pad "\n')
+                             'pad\n')
 
 
 def test_csv_floats_are_spelled_as_spark_reads_them() -> None:
@@ -393,3 +393,30 @@ def test_timestamps_are_written_as_spark_writes_them_keeping_microseconds() -> N
     json_data, _ = write_file(make_format("json"), [batch])
     assert csv_data.decode().splitlines()[0] == "2024-03-01T12:30:01.123Z"
     assert json_data.decode().splitlines()[0] == '{"ts":"2024-03-01T12:30:01.123Z"}'
+
+
+def _parquet_columns(fmt, batch):  # noqa: ANN001, ANN202
+    data, _ = write_file(fmt, [batch])
+    meta = pq.read_metadata(pa.BufferReader(data)).schema
+    return {meta.column(i).name: (meta.column(i).physical_type, str(meta.column(i).logical_type))
+            for i in range(len(meta))}, data
+
+
+def test_parquet_timestamp_types_as_sparks_output_timestamp_type() -> None:
+    from mpcommit.formats.parquet import ParquetFormat, TimestampType
+
+    ts = dt.datetime(2024, 3, 1, 12, 30, 1, 123456)
+    zoned = pa.record_batch({"ts": pa.array([ts], pa.timestamp("us", tz="UTC"))})
+    columns, _ = _parquet_columns(ParquetFormat(timestamp_type="int96"), zoned)
+    assert columns["ts"][0] == "INT96"
+    columns, data = _parquet_columns(ParquetFormat(timestamp_type=TimestampType.TIMESTAMP_MILLIS), zoned)
+    assert columns["ts"][0] == "INT64" and "milliseconds" in columns["ts"][1]
+    assert pq.read_table(pa.BufferReader(data)).column("ts")[0].as_py() == ts.replace(microsecond=123000,
+                                                                                       tzinfo=dt.timezone.utc)
+    # INT96 is all or nothing in pyarrow and would make TIMESTAMP_NTZ a zoned timestamp: both stay INT64 then.
+    both = pa.record_batch({"ts": pa.array([ts], pa.timestamp("us", tz="UTC")), "ntz": pa.array([ts], pa.timestamp("us"))})
+    columns, _ = _parquet_columns(ParquetFormat(timestamp_type="INT96"), both)
+    assert [c[0] for c in columns.values()] == ["INT64", "INT64"]
+    assert "isAdjustedToUTC=false" in columns["ntz"][1] and "isAdjustedToUTC=true" in columns["ts"][1]
+    with pytest.raises(UsageError, match="outputTimestampType must be INT96, TIMESTAMP_MICROS or TIMESTAMP_MILLIS"):
+        ParquetFormat(timestamp_type="INT64")

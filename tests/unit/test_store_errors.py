@@ -119,7 +119,8 @@ def test_an_endpoint_that_never_answered_fails_at_once_saying_it_could_not_be_re
     assert s.request_counts() == {"put_object": 1}, "not retried"
     assert not isinstance(info.value, e.TransientStoreError)
     assert message.count("could not reach the endpoint http://127.0.0.1:1") == 1 and why in message
-    assert "--endpoint-url" in message and "slow down" not in message and "max_attempts" not in message
+    assert "S3Options(endpoint_url=...)" in message and "--endpoint-url" not in message
+    assert "slow down" not in message and "max_attempts" not in message
 
 
 def test_an_endpoint_that_answered_before_is_retried_when_it_refuses():
@@ -136,7 +137,8 @@ def test_retries_running_out_on_an_endpoint_say_so_not_throttling():
         s.put_object("bkt", "k", b"x")
     message = str(info.value)
     assert message.count("could not reach the endpoint") == 1 and message.count("s3://bkt/k") == 1
-    assert "slow down" not in message and "throttl" not in message and "--endpoint-url" in message
+    assert "slow down" not in message and "throttl" not in message and "S3Options(endpoint_url=...)" in message
+    assert "--endpoint-url" not in message
 
 
 def test_abort_of_a_vanished_upload_is_not_an_error():
@@ -162,3 +164,21 @@ def test_secrets_stay_out_of_repr():
     opts = S3Options(access_key_id="AKIAEXAMPLEKEY", secret_access_key="s3cr3t-value", session_token="tok-123")
     text = repr(opts)
     assert "AKIAEXAMPLEKEY" not in text and "s3cr3t-value" not in text and "tok-123" not in text
+
+
+@pytest.mark.parametrize("head", ["head_bucket", "head_object"])
+def test_a_forbidden_head_with_an_unknown_access_key_says_so(head):
+    """A HEAD's 403 has no body: one listing (which has one) tells an unknown key from a missing permission."""
+    unknown = client_error("InvalidAccessKeyId", 403, "The AWS Access Key Id you provided does not exist in our records.")
+    s = store([client_error("403", 403, "Forbidden"), unknown])
+    with pytest.raises(e.InvalidCredentialsError) as info:
+        s.head_bucket("bkt") if head == "head_bucket" else s.head_object("bkt", "k")
+    assert "InvalidAccessKeyId" in str(info.value) and "access key id is unknown" in str(info.value)
+    assert s.request_counts() == {head: 1, "list_objects_v2": 1}
+
+
+def test_a_forbidden_head_with_valid_credentials_stays_access_denied():
+    s = store([client_error("403", 403, "Forbidden"), client_error("AccessDenied", 403, "Access Denied")])
+    with pytest.raises(e.AccessDeniedError) as info:
+        s.head_bucket("bkt")
+    assert not isinstance(info.value, e.InvalidCredentialsError) and "403" in str(info.value)

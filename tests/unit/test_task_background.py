@@ -17,9 +17,9 @@ from mpcommit.sizing import MiB
 class SlowStore:
     """Every request takes ``delay`` seconds; counts requests in flight, bytes of parts in flight, and uploads."""
 
-    def __init__(self, delay=0.03, fail_key_suffix=None, gather=0):
+    def __init__(self, delay=0.03, fail_key_part=None, gather=0):
         self.delay = delay
-        self.fail_key_suffix = fail_key_suffix
+        self.fail_key_part = fail_key_part
         self.lock = threading.Lock()
         # ``gather``: hold the first parts until that many requests are in flight (2 s at most, once): whether
         # the writer *can* keep that many going is then shown whatever the machine's scheduling; a writer that
@@ -68,7 +68,7 @@ class SlowStore:
         self._enter(len(body), gate=True)  # parts go on the pool's threads; the task's own thread goes on
         try:
             time.sleep(self.delay)
-            if self.fail_key_suffix and key.endswith(self.fail_key_suffix):
+            if self.fail_key_part and self.fail_key_part in key:
                 raise TransientStoreError("injected", operation="upload_part")
             self.parts[(upload_id, number)] = len(body)
             return f'"e{number}"'
@@ -139,7 +139,7 @@ def test_closing_files_hold_at_most_the_closing_budget():
 
 
 def test_failure_in_the_background_aborts_every_upload_the_attempt_started():
-    store = SlowStore(fail_key_suffix=".c007.bin")  # data_file_name ends with the file number
+    store = SlowStore(fail_key_part="/p=0007/")  # the eighth file
     with pytest.raises(TransientStoreError):
         with spec().task(0, store=store) as task:
             write_files(task, 40, 100_000, background=True)
@@ -151,7 +151,7 @@ def test_failure_in_the_background_aborts_every_upload_the_attempt_started():
 
 
 def test_failure_stops_new_files_soon():
-    store = SlowStore(delay=0.01, fail_key_suffix=".c002.bin")
+    store = SlowStore(delay=0.01, fail_key_part="/p=2/")
     opened = 0
     with pytest.raises(TransientStoreError):
         with spec().task(0, store=store) as task:
@@ -235,3 +235,13 @@ def test_commit_sees_every_background_file_even_when_recording_it_is_slow(monkey
         write_files(task, 5, 1000, background=True)
         result = task.commit()
     assert result.files == 5 and len(result.manifest.uploads) == 5
+
+
+def test_file_numbers_count_per_partition_directory_as_sparks_do():
+    """cNNN starts at c000 in every partition directory of a task and counts up within one (a partition that
+    rolls over to a second file under maxRecordsPerFile gets c001), as Spark's writers name files."""
+    with spec().task(3, store=SlowStore(delay=0)) as task:
+        keys = [task.next_key(p, "csv") for p in ("dt=1", "dt=2", "dt=1", "", "dt=2", "dt=3")]
+    names = [k.rsplit("/", 1)[-1].split("-", 2)[-1].split(".", 1)[1] for k in keys]
+    assert names == ["c000.csv", "c000.csv", "c001.csv", "c000.csv", "c001.csv", "c000.csv"]
+    assert len(set(keys)) == len(keys)
