@@ -11,8 +11,9 @@ that shows it, so that it is reproduced on every run rather than in a few trials
    (First long run on moto: oncall seeds 10 and 66, mixed 16, 59 and 71; recoveries 53, 63 and 95.) Fixed in
    protocol/commit/cleanup.py (a manifest gone meanwhile is skipped: the upload listing after it aborts what
    it named); these tests failed before the fix, on both servers.
-2. Two finishers of one job on one host in one millisecond both report that they finished it (moto oncall seed
-   83): not fixed, marked xfail (see the test).
+2. Two finishers of one job on one host in one millisecond both reported that they finished it (first long run,
+   moto oncall seed 83: the driver and a `recover` both reported committing job x). Fixed on main in 44ada80
+   (the end of a place carries a random writer token); the test failed before the fix, on both servers.
 """
 
 from __future__ import annotations
@@ -190,20 +191,16 @@ def test_two_finishers_one_millisecond_apart_one_says_it_finished(backend, monke
     assert len(_two_finishers(backend, monkeypatch, clock)) == 1
 
 
-@pytest.mark.xfail(strict=True, reason="found by the order trials (moto oncall seed 83, first long run): the end of a "
-                   "place is told apart from another process's by its bytes, and two finishers on one host in the "
-                   "same millisecond write the same bytes; see the test's docstring")
 def test_two_finishers_in_one_millisecond_one_says_it_finished(backend, monkeypatch):
     """The same, with both clocks reading one millisecond (two threads released together read it anyway).
     Exactly one must say it finished the job; the other, that another process did.
 
-    What happens: TableOrder.end writes ``<position>.done`` with If-None-Match; on 412 it reads the record and,
-    if the bytes equal its own, takes it for its own write whose answer was lost. The record holds the job,
-    place, outcome, time in ms, host name and reason -- nothing that tells two processes of one host apart
-    within a millisecond -- so both take the one record for their own, and both report the job finished by
-    them. (In the trials: the driver and a `recover` both reported committing job x.) The data is right; the
-    reports are not. A random token per writer in the record (or per call, compared instead of the bytes) would
-    tell them apart."""
+    TableOrder.end writes ``<position>.done`` with If-None-Match; on 412 it reads the record and, if the bytes
+    equal its own, takes it for its own write whose answer was lost. Before 44ada80 the record held the job,
+    place, outcome, time in ms, host name and reason -- nothing that told two processes of one host apart
+    within a millisecond -- so both took the one record for their own and both reported the job finished by
+    them (moto oncall seed 83 of the first long run: the driver and a `recover` both reported committing job
+    x; the data was right, the reports were not). The record now carries a random writer token."""
     assert len(_two_finishers(backend, monkeypatch, lambda: 1_800_000_000.123)) == 1
 
 
