@@ -63,8 +63,8 @@ SOAK_ARGS ?=
 soak: $(STAMP) localstack-install
 	$(PY) -m tests.soak.soak --report soak-report.json $(SOAK_ARGS)
 
-# The order trials' long tier (docs/RELIABILITY.md, Concurrency): RACES_ARGS="--trials 200" trials per pairing on
-# moto, then on LocalStack, niced; one JSON line per trial in tests/reliability/results/, then the table.
+# The order trials' long tier (docs/RELIABILITY.md, "Randomized trials"): RACES_ARGS="--trials 200" trials per
+# pairing on moto, then on LocalStack, niced; one JSON line per trial in tests/reliability/results/, then the table.
 RACES_ARGS ?= --trials 200 --parallel 3
 RACES_OUT  := tests/reliability/results
 races: $(STAMP) localstack-install

@@ -1,5 +1,5 @@
-"""The order trials' results as docs/RELIABILITY.md prints them, from the raw records (one JSON line per trial,
-tests/reliability/results/order-trials-SERVER.jsonl):
+"""The order trials' results per server and pairing, from the raw records (one JSON line per trial,
+tests/reliability/results/order-trials-SERVER.jsonl, or a kept run's runN-*.jsonl):
 
     python -m tests.reliability.order_trials_report tests/reliability/results/order-trials-*.jsonl
 

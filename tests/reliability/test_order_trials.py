@@ -3,8 +3,8 @@ in a process of its own through the S3-like network, checked against the table's
 that the check can fail -- the same trial with the protocol broken on purpose is caught.
 
 The long tier (200+ trials per pairing and server) runs on demand: ``make races``; its results are in
-docs/RELIABILITY.md (Concurrency) and tests/reliability/results/. A failing trial here prints the command that
-replays its seed.
+docs/RELIABILITY.md (Concurrency, "Randomized trials") and tests/reliability/results/. A failing trial here prints
+the command that replays its seed.
 """
 
 from __future__ import annotations
