@@ -160,6 +160,11 @@ class JobPaths:
         """Rewritten every few seconds while a process works for the job (driver or recoverer)."""
         return f"{self.root}alive.json"
 
+    @property
+    def finishing(self) -> str:
+        """Held by the one process that carries out the job's journal for ``recover`` (see commit.turn)."""
+        return f"{self.root}finishing.json"
+
 
 # ---------------------------------------------------------------- the table a destination belongs to
 #: Where a table keeps its commit order (protocol/order.py), below the table's root.

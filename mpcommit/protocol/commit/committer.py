@@ -53,6 +53,7 @@ from .journal import (
 from .manifests import ManifestReader
 from .placing import Placer, directory_of
 from .replacing import Replacer
+from .turn import FinisherTurn
 from .reports import AbortReport, CommitReport
 
 log = logging.getLogger(__name__)
@@ -197,9 +198,26 @@ class JobCommitter:
 
     # ------------------------------------------------------------ finish (commit and recover)
     def finish(self, journal: CommitJournal) -> CommitReport:
-        """Carry out a journal (``recover``): every manifest validated first, then as a first commit would."""
-        with CommitContext(self.threads) as context, self._beating():
-            return self._finish(journal, context, validated=False)
+        """Carry out a journal (``recover``): every manifest validated first, then as a first commit would.
+        Finishers of one job take turns (:mod:`.turn`): one that waited finds the job ended by the other."""
+        turn = FinisherTurn(self.store, self.paths, self.order.settings)
+        if not turn.take(ended=lambda: self._ended(journal)):
+            with CommitContext(self.threads) as context:
+                return self._finish(journal, context, validated=False)
+        try:
+            with CommitContext(self.threads) as context, self._beating():
+                return self._finish(journal, context, validated=False)
+        finally:
+            turn.release()
+
+    def _ended(self, journal: CommitJournal) -> bool:
+        """The job's end is recorded, or its journal is gone (finished or rolled back by another process)."""
+        if journal.position is not None and self.order.outcome(journal.position) is not None:
+            return True
+        try:
+            return not isinstance(self.read_claim(), CommitJournal)
+        except NoSuchKeyError:
+            return True
 
     def _beating(self) -> Heartbeat:
         self.heartbeat = Heartbeat(self.store, self.paths, self.order.settings.heartbeat_seconds)
