@@ -17,7 +17,7 @@ demo: $(STAMP)
 	$(VENV)/bin/mpcommit demo
 
 test: $(STAMP) localstack-install s3a-install versitygw-install
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest --durations=25 $(PYTEST_ARGS)
 
 # The tiers that run on the Go servers (README, "Tests"), on SeaweedFS: its first build takes ~10-25 minutes of
 # CPU, so `make test` leaves it out.

@@ -213,7 +213,7 @@ def run_cpu(args: argparse.Namespace) -> dict[str, Any]:
         if args.network != "raw":
             # The commit and the bare loops all through the S3-like network (BENCHMARKS.md, "The network model":
             # latency per operation and the rate limit); the untimed set-up straight to the stub.
-            from .s3_network import PROFILES, S3Network
+            from tests.support.s3_network import PROFILES, S3Network
 
             profile = PROFILES[args.network]
             if args.write_rate and profile.throttle is not None:
@@ -414,7 +414,7 @@ def main(argv: list[str] | None = None) -> None:
     cpu.add_argument("--repeats", type=int, default=10)
     cpu.add_argument("--variants", nargs="+", default=["commit", "bare-crt"])
     cpu.add_argument("--network", choices=("raw", "s3", "s3-cold", "s3-2026-11"), default="raw",
-                     help="raw: straight to the stub; s3: through the S3-like network (bench/s3_network.py); "
+                     help="raw: straight to the stub; s3: through the S3-like network (tests/support/s3_network.py); "
                           "s3-cold: the same with the whole bucket one partition (3,500 writes/s in all)")
     cpu.add_argument("--records", default=None, help="directory of the raw records (default bench/results)")
     cpu.add_argument("--write-rate", type=float, default=0,

@@ -22,7 +22,7 @@ mixed JSON Lines), and compacts fresh copies of each with both variants, in ABBA
 Both run through boto3 clients instrumented the same way: every request is counted by operation, and the
 bytes that cross the client are summed (request bodies out, response bodies in, from Content-Length). Times
 are wall-clock medians; ratios are medians of per-repeat ratios with their range and a bootstrap interval.
-``--network s3`` puts the S3-like network (``bench/s3_network.py``, profile ``s3``) in front of the server.
+``--network s3`` puts the S3-like network (``tests/support/s3_network.py``, profile ``s3``) in front of the server.
 Results, with the machine and the date, go to ``bench/results/compaction.md``; one JSON line per run (server and
 proxy CPU included) to ``bench/results/compaction.jsonl`` (``--records DIR`` elsewhere).
 """
@@ -441,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--datasets", default="json-mixed,json-large,parquet-mixed",
                     help="comma-separated: json-mixed, json-large, parquet-mixed, json-mixed-gib")
     ap.add_argument("--network", choices=("none", "s3"), default="none",
-                    help="s3: put the S3-like network (bench/s3_network.py, profile s3) in front of the server")
+                    help="s3: put the S3-like network (tests/support/s3_network.py, profile s3) in front of the server")
     ap.add_argument("--rewrite-threads", type=int, default=8, help="connections of the old rewrite baseline (rewrite)")
     ap.add_argument("--variants", default="multipart,rewrite-equal",
                     help="comma-separated: multipart, rewrite-equal (the merge's footing), rewrite (the old baseline)")
@@ -461,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"starting the {args.server} server")
         server = start_server(args.server)
     if args.network == "s3":
-        from bench.s3_network import S3_LIKE, S3Network
+        from tests.support.s3_network import S3_LIKE, S3Network
 
         net = S3Network(server.endpoint, S3_LIKE).start()
         stop_server = server.stop

@@ -21,7 +21,7 @@ from .common import (
     GiB, MiB, describe_ratio, empty_prefix, ensure_bucket, human_bytes, human_seconds, interleaved, log, make_client,
     md_table, median, ratio_spread, server_cpu_seconds,
 )
-from .s3_network import NONE, S3_LIKE, NetworkProfile, S3Network
+from tests.support.s3_network import NONE, S3_LIKE, NetworkProfile, S3Network
 
 BUCKET = "bench-network"
 SMALL_REQUESTS = 3000

@@ -31,7 +31,7 @@ What is measured per run, and where it comes from:
   commit protocol's ``commitJob`` (read from the event log, ``SparkListenerDriverAccumUpdates``); task commit
   likewise (``task commit time``, summed over tasks); for mpcommit, its report's ``commit`` timing;
 * requests by S3 operation, bytes up and down, bytes copied server-side: the counting proxy
-  (``bench/s3_network.py``) that every client here sends through -- S3A's ``fs.s3a.endpoint`` and mpcommit's
+  (``tests/support/s3_network.py``) that every client here sends through -- S3A's ``fs.s3a.endpoint`` and mpcommit's
   endpoint both point at it, with no shaping ("raw") or the S3-like profile;
 * CPU: ``/proc`` (psutil) of the Spark JVM (in ``local[2]`` the driver and the executors are one JVM), of the
   Python workers it starts (mpcommit's tasks run there), of the Python driver; the tasks' own JVM CPU from the
@@ -679,7 +679,7 @@ def run(server: Any, net: Any | None, network: str, *, plan: str | None = None, 
         records: str | None = None, command: str | None = None) -> dict[str, Any]:
     """Run the plan in a child process through ``net`` (the run's S3-like network) or, for ``network="raw"``, a
     proxy of this scenario's own with no shaping (it forwards and counts: S3A's requests must be counted too)."""
-    from bench.s3_network import NONE, S3Network
+    from tests.support.s3_network import NONE, S3Network
 
     own = None
     if net is None:
@@ -717,7 +717,7 @@ def standalone(argv: list[str]) -> int:
     """``python -m bench.bench_spark_peers --network s3 --plan ...``: start LocalStack (or moto) and the network's
     proxy, run the plan in a child process, append the raw records, stop everything."""
     from bench.common import parse_size, start_server
-    from bench.s3_network import NONE, PROFILES, S3Network
+    from tests.support.s3_network import NONE, PROFILES, S3Network
 
     p = argparse.ArgumentParser(prog="python -m bench.bench_spark_peers", description=__doc__.split("\n\n")[0])
     p.add_argument("--network", choices=("raw", *sorted(k for k in PROFILES if k != "none")), default="s3",

@@ -294,7 +294,7 @@ def main() -> None:
         meta = {"machine": machine_description(server), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                 "command": " ".join(sys.argv)}
         if a.network == "s3":
-            from .s3_network import S3_LIKE, S3Network
+            from tests.support.s3_network import S3_LIKE, S3Network
 
             records = RecordLog("task_scale", directory=a.records, network="s3", profile=S3_LIKE.to_json(),
                                 server=server.version, partitions=a.partitions, rows_per_partition=a.rows,

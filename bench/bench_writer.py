@@ -335,7 +335,7 @@ def main() -> None:
     from .common import abba, machine_description, save_json, start_server
 
     from .records import RecordLog
-    from .s3_network import S3_LIKE
+    from tests.support.s3_network import S3_LIKE
 
     size = a.size or 512 * MiB
     variants = tuple(a.variants.split(","))
@@ -345,7 +345,7 @@ def main() -> None:
         meta = {"machine": machine_description(server), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                 "command": " ".join(sys.argv)}
         if a.network == "s3":
-            from .s3_network import S3_LIKE, S3Network
+            from tests.support.s3_network import S3_LIKE, S3Network
 
             with S3Network(server.endpoint_url, S3_LIKE) as net:
                 data = run(net.endpoint_url, size=size, repeats=a.repeats, variants=variants, trace_size=64 * MiB,

@@ -10,7 +10,7 @@ from typing import Any
 from . import bench_commit, bench_network, bench_writer
 from .common import MiB, S3CostModel, human_bytes, human_seconds, md_table, median, ratio_spread
 from .report_common import COMMIT_NOTE, measured_line as _measured_line, targets
-from .s3_network import S3_LIKE, NetworkProfile
+from tests.support.s3_network import S3_LIKE, NetworkProfile
 
 SOURCES = {
     "whitepaper_latency": "AWS whitepaper *Best Practices Design Patterns: Optimizing Amazon S3 Performance*, "
@@ -29,7 +29,7 @@ def network_section(results: dict[str, Any]) -> list[str]:
     out = ["## 0. The S3-like network", ""]
     out.append(
         "Every scenario below runs twice in the same run, back to back: **raw**, straight to the loopback server, "
-        "and **with the S3-like network**, through `bench/s3_network.py`: an HTTP proxy in a process of its own that "
+        "and **with the S3-like network**, through `tests/support/s3_network.py`: an HTTP proxy in a process of its own that "
         "holds each answer until a per-operation latency has passed since the request's last byte (a floor: the "
         "local server's own time is hidden under it unless it is longer), and moves request and response bodies at "
         "most at a per-connection bandwidth, each way. It also counts requests, body bytes and bytes copied "
@@ -41,7 +41,7 @@ def network_section(results: dict[str, Any]) -> list[str]:
                "built in). netem would also delay packets, not S3 operations: it cannot give a CompleteMultipartUpload "
                "80 ms and a HEAD 30 ms.")
     out.append("")
-    out.append("The settings (profile `s3` in `bench/s3_network.py`), and why they are S3-like:")
+    out.append("The settings (profile `s3` in `tests/support/s3_network.py`), and why they are S3-like:")
     out.append("")
     rows = [
         ["every request not named below (HEAD, GET, PUT, LIST page, DELETE, Create/Abort/UploadPart)",

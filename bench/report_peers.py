@@ -200,7 +200,7 @@ def _intro(data: dict[str, Any]) -> list[str]:
         "interleaved in it. Every variant here is the real, unmodified implementation (Spark "
         f"{data.get('spark_version', '?')}, hadoop-aws 3.5.0 with the AWS SDK v2, spark-hadoop-cloud 4.1.1 from "
         "`make s3a-install`); nothing in this section is a model. What is modelled is the network only, in the "
-        "second half (the S3-like proxy of `bench/s3_network.py`, section 0); the server is LocalStack on the same two cores.",
+        "second half (the S3-like proxy of `tests/support/s3_network.py`, section 0); the server is LocalStack on the same two cores.",
         "",
         f"- **The data**: `spark.range(rows, numPartitions={tasks})` with `p = id % values` (int) and "
         f"{DOUBLES} `rand()` doubles: {ROW_BYTES} bytes of incompressible row data besides the partition column (which "

@@ -8,7 +8,7 @@ Every table is generated, never edited by hand: a block between ``<!-- table:NAM
 in BENCHMARKS.md is replaced with what :data:`TABLES` renders from the records. ``smoke-NAME`` blocks render the
 smoke runs (``bench/results/smoke/``) with the same code, under a heading that says what they are.
 
-Statistics (all here, tested in tests/unit/test_bench_report.py):
+Statistics (all here, tested in bench/tests/test_bench_report.py):
 
 * a figure is the **median** of its runs, with a 95% percentile-bootstrap interval of the median (10,000
   resamples, fixed seed) from 3 runs on;
@@ -526,7 +526,7 @@ def render_writer(sessions: Sessions, runs: Sequence[Run]) -> list[str]:
 
 
 def render_network_model(_sessions: Sessions, _runs: Sequence[Run]) -> list[str]:
-    from .s3_network import SOURCES
+    from tests.support.s3_network import SOURCES
 
     return ["", *md_table(["parameter", "value", "source"], [[n, v, src] for n, v, src in SOURCES], "lll")]
 

@@ -12,7 +12,7 @@ Its report goes to bench/results/scratch/run_all.md: BENCHMARKS.md is generated 
 
 The harness starts its own S3 server on a free loopback port and stops it at the end. With ``--networks raw,s3``
 (the default) every scenario runs twice, back to back: straight to that server ("raw") and through the S3-like
-network (``bench/s3_network.py``: per-operation latency and a per-connection bandwidth cap, in a proxy process of
+network (``tests/support/s3_network.py``: per-operation latency and a per-connection bandwidth cap, in a proxy process of
 its own). Raw results of every run go to ``bench/results/<scenario>.json`` (``<scenario>.s3.json`` through the
 network); BENCHMARKS.md is rendered from them.
 """
@@ -37,7 +37,7 @@ from .report_common import (
     measured_line as _measured_line,
     targets as _targets,
 )
-from .s3_network import S3_LIKE, S3Network
+from tests.support.s3_network import S3_LIKE, S3Network
 from .common import (
     REPO_ROOT,
     RESULTS_DIR,

@@ -30,94 +30,24 @@ Fixtures:
 from __future__ import annotations
 
 import os
-import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-import boto3
 import pytest
-from botocore.config import Config
 
-from mpcommit.options import RetryPolicy, S3Options
-from tests.support.checks import unencoded_listings
+from tests.support.backends import (
+    ACCESS_KEY_ID,
+    BACKENDS_ENV,
+    GO_SERVER_TIERS,
+    REGION,
+    SECRET_ACCESS_KEY,
+    SPARK_BATCH_ROWS,
+    Backend,
+    make_backend,
+    selected_backends,
+)
 from tests.support.servers import GO_SERVERS, ServerHandle, go_server_problem, start_go_server, start_localstack, start_moto
 from tests.support.spark_s3a import spark_session
-
-BACKENDS_ENV = "MPCOMMIT_TEST_BACKENDS"
-#: Rows per Arrow batch handed to a Spark task's Python worker; small, so that tasks see several batches.
-SPARK_BATCH_ROWS = 1000
-ALL_BACKENDS = ("moto", "localstack", "versitygw", "seaweedfs")
-#: What ``make test`` runs on: SeaweedFS's first build takes about 25 minutes of CPU, beyond the suite's budget.
-DEFAULT_BACKENDS = ("moto", "localstack", "versitygw")
-#: Where ``backend`` tests run on the Go servers too: folders under tests/ ("" for the files directly in it) and
-#: single files. The rest (spark, catalog, connect, cluster, most of reliability) stay on moto and LocalStack, where
-#: they test mpcommit's own logic rather than the store; the fault matrix and tests/interop pick their own subsets.
-#: reliability's table-order, concurrency and interrupted-commit tests are here: they rest on conditional writes.
-GO_SERVER_TIERS = frozenset({"", "protocol", "compaction", "cli", "stores", "reliability/test_table_order.py",
-                             "reliability/test_concurrency.py", "reliability/test_interrupted_commit.py"})
-
-ACCESS_KEY_ID = "test"
-SECRET_ACCESS_KEY = "test"
-REGION = "us-east-1"
-#: Retries fast enough for tests (the defaults back off for up to minutes).
-FAST_RETRY = RetryPolicy(max_attempts=4, initial_delay=0.01, max_delay=0.2)
-
-
-def selected_backends() -> list[str]:
-    raw = os.environ.get(BACKENDS_ENV, ",".join(DEFAULT_BACKENDS))
-    names = [name.strip().lower() for name in raw.split(",") if name.strip()]
-    unknown = sorted(set(names) - set(ALL_BACKENDS))
-    if unknown or not names:
-        raise pytest.UsageError(f"{BACKENDS_ENV}={raw!r}: choose among {', '.join(ALL_BACKENDS)}")
-    return [name for name in ALL_BACKENDS if name in names]
-
-
-def raw_s3_client(endpoint_url: str) -> Any:
-    """A plain boto3 S3 client (path-style, fake credentials), independent of mpcommit's own client code."""
-    session = boto3.session.Session(
-        aws_access_key_id=ACCESS_KEY_ID, aws_secret_access_key=SECRET_ACCESS_KEY, region_name=REGION
-    )
-    # Listings without URL encoding: LocalStack's encoded listings lose keys past 1,000 (checks.unencoded_listings).
-    return unencoded_listings(session.client(
-        "s3",
-        endpoint_url=endpoint_url,
-        config=Config(
-            s3={"addressing_style": "path"},
-            retries={"max_attempts": 3, "mode": "standard"},
-            max_pool_connections=32,
-            connect_timeout=10,
-            read_timeout=120,
-        ),
-    ))
-
-
-@dataclass
-class Backend:
-    """One S3 server as seen by a test."""
-
-    name: str  # "moto" | "localstack" | "versitygw" | "seaweedfs"
-    endpoint_url: str
-    options: S3Options  # for mpcommit: test/test credentials, us-east-1, FAST_RETRY
-    client: Any = field(repr=False)  # raw boto3 S3 client for assertions
-    server: ServerHandle | None = field(default=None, repr=False)
-
-    def new_bucket(self, prefix: str = "mpc-test") -> str:
-        """Create a uniquely named bucket and return its name."""
-        name = f"{prefix}-{uuid.uuid4().hex[:16]}"
-        self.client.create_bucket(Bucket=name)
-        return name
-
-
-def _make_backend(name: str, server: ServerHandle) -> Backend:
-    options = S3Options(
-        endpoint_url=server.endpoint_url,
-        region=REGION,
-        access_key_id=ACCESS_KEY_ID,
-        secret_access_key=SECRET_ACCESS_KEY,
-        retry=FAST_RETRY,
-    )
-    return Backend(name, server.endpoint_url, options, raw_s3_client(server.endpoint_url), server)
 
 
 # -- hooks -----------------------------------------------------------------------------------------------------
@@ -213,22 +143,22 @@ def seaweedfs_server() -> Iterator[ServerHandle]:
 
 @pytest.fixture(scope="session")
 def _moto_backend_session(moto_server: ServerHandle) -> Backend:
-    return _make_backend("moto", moto_server)
+    return make_backend("moto", moto_server)
 
 
 @pytest.fixture(scope="session")
 def _localstack_backend_session(localstack_server: ServerHandle) -> Backend:
-    return _make_backend("localstack", localstack_server)
+    return make_backend("localstack", localstack_server)
 
 
 @pytest.fixture(scope="session")
 def _versitygw_backend_session(versitygw_server: ServerHandle) -> Backend:
-    return _make_backend("versitygw", versitygw_server)
+    return make_backend("versitygw", versitygw_server)
 
 
 @pytest.fixture(scope="session")
 def _seaweedfs_backend_session(seaweedfs_server: ServerHandle) -> Backend:
-    return _make_backend("seaweedfs", seaweedfs_server)
+    return make_backend("seaweedfs", seaweedfs_server)
 
 
 # -- backends --------------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import pytest
 
 from mpcommit.demo.embedded_s3 import EmbeddedS3Server
 from mpcommit.sizing import MiB
-from tests.conftest import Backend, raw_s3_client
+from tests.support.backends import Backend, raw_s3_client
 from tests.support.checks import (
     all_keys,
     is_hidden,
@@ -166,7 +166,7 @@ def test_localstack_start_on_a_taken_port_leaves_no_state_folder() -> None:
     import subprocess
     from pathlib import Path
 
-    from tests.conftest import selected_backends
+    from tests.support.backends import selected_backends
 
     if "localstack" not in selected_backends():
         pytest.skip("LocalStack is not among MPCOMMIT_TEST_BACKENDS")

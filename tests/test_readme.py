@@ -123,7 +123,7 @@ job.commit(refs)
 def test_reading_it_back_runs_as_written(tmp_path) -> None:  # noqa: ANN001
     """The "Reading it back" blocks, as a newcomer runs them after the README's setup: Spark through S3A with the
     jars make s3a-install fetched, then pyarrow's dataset reader; both see six rows and the dt column."""
-    from tests.interop.conftest import require_s3a_jars
+    from tests.support.spark_s3a import require_s3a_jars
 
     require_s3a_jars()
     reading = section("Reading it back")

@@ -1,4 +1,4 @@
-"""The benchmarks' S3-like network (bench/s3_network.py): it shapes the operations it is told to, counts requests
+"""The S3-like network (tests/support/s3_network.py): it shapes the operations it is told to, counts requests
 and bytes per operation exactly, and passes every request through unchanged. Runs on moto; timing is only ever
 checked as a lower bound (the proxy's floor guarantees it), never as an upper one."""
 
@@ -12,8 +12,8 @@ import boto3
 import pytest
 from botocore.config import Config
 
-from bench.s3_network import NONE, S3_LIKE, NetworkProfile, S3Network, parse_rate, parse_seconds, per_file
-from tests.conftest import Backend, raw_s3_client
+from tests.support.s3_network import NONE, S3_LIKE, NetworkProfile, S3Network, parse_rate, parse_seconds, per_file
+from tests.support.backends import Backend, raw_s3_client
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -152,7 +152,7 @@ def test_control_api_refuses_unknown_calls(net: S3Network) -> None:
 
 
 def test_answers_slow_down_past_the_rate_without_reaching_the_server(net: S3Network, _moto_backend_session: Backend) -> None:
-    from bench.s3_network import ThrottleRule
+    from tests.support.s3_network import ThrottleRule
 
     bucket = _bucket(_moto_backend_session)
     session = boto3.session.Session(aws_access_key_id="test", aws_secret_access_key="test", region_name="us-east-1")

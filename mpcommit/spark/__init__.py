@@ -2,7 +2,7 @@
 DataFrameWriter: ``mpcommit.spark.writer(df).mode("overwrite").partitionBy("dt").parquet("s3://bucket/table")``.
 
 The PySpark binding; pyspark is imported here, by the Spark session catalog (catalog/spark_catalog.py's caller,
-catalog/sync.py) and by the demo job -- nowhere else (tests/unit/test_boundaries.py).
+catalog/sync.py) and by the demo job -- nowhere else (tests/test_boundaries.py).
 """
 
 from .fluent import DataFrameWriter, writer

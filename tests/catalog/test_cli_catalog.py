@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from mpcommit.catalog import CatalogRegistrationError, TableNotFoundError
 from mpcommit.cli.catalog import catalog
 from mpcommit.cli.common import CliContext
-from tests.catalog.conftest import create_table, partitions, stats_of, write
+from tests.support.glue import create_table, partitions, stats_of, write
 
 
 def invoke(backend, *args):

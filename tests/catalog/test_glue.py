@@ -25,7 +25,7 @@ from mpcommit.catalog import (
 )
 from mpcommit.modes import CommitOutcome
 from mpcommit.protocol.records.success import PartitionStats
-from tests.catalog.conftest import PARQUET_SD, create_table, partitions, stats_of, write
+from tests.support.glue import PARQUET_SD, create_table, partitions, stats_of, write
 from tests.support.checks import read_object, visible_keys
 
 ROWS_A = b"1,a\n2,b\n"  # 8 bytes, 2 rows

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from mpcommit.catalog import GlueCatalog
-from tests.catalog.conftest import create_table, partitions, stats_of
+from tests.support.glue import create_table, partitions, stats_of
 from tests.support.checks import visible_keys
 
 pytestmark = [pytest.mark.spark, pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")]

@@ -10,8 +10,8 @@ import time
 
 from tests.support.checks import pending_uploads
 
-from .conftest import SCRIPT, cli_env, start_uploads
-from .conftest import cleanup_script as run_script
+from tests.support.cli import SCRIPT, cli_env, start_uploads
+from tests.support.cli import cleanup_script as run_script
 
 
 def test_logs_every_action_and_a_summary_per_destination(moto_backend):

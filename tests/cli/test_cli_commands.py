@@ -19,7 +19,7 @@ from mpcommit.cli.main import main
 from mpcommit.operations.lifecycle import RULE_ID
 from tests.support.checks import pending_uploads
 
-from .conftest import Run, assert_clean_error, cli, cli_env, data_key, mpcommit_command, run, start_uploads
+from tests.support.cli import Run, assert_clean_error, cli, cli_env, data_key, mpcommit_command, run, start_uploads
 
 
 def test_sibling_prefixes_are_folders_unless_string_prefix_is_asked_for(backend, bucket):

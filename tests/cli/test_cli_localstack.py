@@ -18,7 +18,7 @@ from mpcommit.protocol import faults
 from tests.support.checks import pending_upload_entries, pending_uploads, visible_keys
 from tests.support.jobs import lines_of_partitions, write_task
 
-from .conftest import cli, data_key, start_uploads
+from tests.support.cli import cli, data_key, start_uploads
 
 #: Uploads created before the pause are older than the threshold, those created after it are younger when
 #: listed: LocalStack's Initiated has whole seconds, and the CLI's start-up on a busy machine takes seconds.

@@ -16,7 +16,7 @@ import pytest
 
 from tests.support.servers import free_port
 
-from .conftest import assert_clean_error, cli_env, mpcommit_command, run
+from tests.support.cli import assert_clean_error, cli_env, mpcommit_command, run
 
 BUCKET = "perm-test"
 KEYS = ("t/a", "t/b")

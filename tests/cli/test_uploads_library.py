@@ -17,7 +17,7 @@ from mpcommit.store.s3 import S3Store
 from tests.support.checks import pending_uploads, visible_keys
 from tests.support.jobs import lines_of_partitions, write_task
 
-from .conftest import data_key, start_uploads
+from tests.support.cli import data_key, start_uploads
 
 HOUR = 3600.0
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Backend, selected_backends
+from tests.support.backends import Backend, selected_backends
 from tests.support.spark_cluster import StandaloneCluster
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.support import (
+from tests.support.cluster_apps import (
     DriverApp,
     check_rows,
     cli,

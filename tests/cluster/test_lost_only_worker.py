@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.support import DriverApp, read_flag, records_under, uploads_under, wait_for
+from tests.support.cluster_apps import DriverApp, read_flag, records_under, uploads_under, wait_for
 from tests.support.invariants import check_aborted
 from tests.support.spark_cluster import StandaloneCluster
 

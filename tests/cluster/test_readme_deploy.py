@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import Backend
-from tests.spark.support import data_keys, read_table, s3_filesystem
+from tests.support.backends import Backend
+from tests.support.spark_tables import data_keys, read_table, s3_filesystem
 from tests.support.spark_cluster import StandaloneCluster
 from tests.test_readme import ROOT, code_blocks, section
 

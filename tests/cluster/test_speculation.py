@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.support import (
+from tests.support.cluster_apps import (
     SPECULATION,
     DriverApp,
     check_abort_finds_everything,

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ACCESS_KEY_ID, REGION, SECRET_ACCESS_KEY
+from tests.support.backends import ACCESS_KEY_ID, REGION, SECRET_ACCESS_KEY
 from tests.support.servers import ServerHandle
 from tests.support.spark_connect import ConnectServer, client_problem, connect_session, start_connect_server
 from tests.support.spark_s3a import s3a_jars_problem, s3a_spark_conf

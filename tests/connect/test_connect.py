@@ -13,8 +13,8 @@ from mpcommit.catalog import GlueCatalog
 from mpcommit.compaction import MergePolicy
 from mpcommit.errors import SparkWriterError, UsageError
 from mpcommit.spark import write, writer
-from tests.catalog.conftest import create_table, partitions, raw_glue_client, stats_of
-from tests.spark.support import SPARK_MARKS, assert_clean, files, partition_dirs, read_table, s3_filesystem, same_report
+from tests.support.glue import create_table, partitions, raw_glue_client, stats_of
+from tests.support.spark_tables import SPARK_MARKS, assert_clean, files, partition_dirs, read_table, s3_filesystem, same_report
 from tests.support.checks import list_objects, pending_uploads
 from tests.support.spark_s3a import s3a_jars_problem
 

@@ -6,25 +6,13 @@ a message naming the missing jars -- or fails, under ``CI=true``, where a skip w
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.conftest import Backend, selected_backends
-from tests.support.servers import GO_SERVERS
-from tests.support.spark_s3a import point_bucket_at, s3a_jars_problem, session_has_s3a, spark_session
-
-
-def require_s3a_jars() -> None:
-    """Skip (fail under CI=true) when the S3A jars cannot be used, saying which are missing and how to get them."""
-    problem = s3a_jars_problem()
-    if problem is None:
-        return
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{problem} (CI=true: the s3a tests must run, not skip)", pytrace=False)
-    pytest.skip(problem)
+from tests.support.backends import Backend
+from tests.support.spark_s3a import point_bucket_at, require_s3a_jars, session_has_s3a, spark_session
 
 
 @pytest.fixture(scope="session")
@@ -41,21 +29,6 @@ def s3a_spark() -> Iterator[Any]:
     finally:
         if created:
             session.stop()
-
-
-def on_backends(values: list[Any], *, moto: tuple[Any, ...] = (), go: tuple[Any, ...] = ()) -> list[Any]:
-    """Parameters ``(backend name, value)`` for ``@pytest.mark.parametrize("s3a_backend,...", ..., indirect=
-    ["s3a_backend"])``: every value on LocalStack, the main target, and those in ``moto`` on moto too. moto serves
-    from the test process itself, where every request of Spark's S3A client competes with the driver for the
-    GIL: the same case takes several times longer there, so moto runs a few cases, not the matrix. Those in
-    ``go`` run on the Go servers selected too (versitygw in `make test`): S3A against an S3 written apart from
-    both emulators, a case or two, since each is a Spark job."""
-    cases = [("localstack", v) for v in values] + [("moto", v) for v in values if v in moto]
-    cases += [(name, v) for name in GO_SERVERS for v in values if v in go]
-    marks = {"localstack": (pytest.mark.localstack,), "moto": (), "versitygw": (pytest.mark.versitygw,),
-             "seaweedfs": (pytest.mark.seaweedfs,)}
-    return [pytest.param(name, v, marks=marks[name], id=f"{name}-{v}" if v != "" else name) for name, v in cases
-            if name in selected_backends()]
 
 
 @pytest.fixture

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Backend
-from tests.interop.conftest import require_s3a_jars
+from tests.support.backends import Backend
+from tests.support.spark_s3a import require_s3a_jars
 from tests.support.checks import pending_uploads
 
 pytestmark = [pytest.mark.spark, pytest.mark.s3a, pytest.mark.slow]

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from mpcommit.spark import write
-from tests.conftest import Backend
-from tests.interop.conftest import on_backends
-from tests.spark.test_csv_spark import ROUND_TRIPS, SCHEMA, comparable, expected, make_rows
+from tests.support.backends import Backend
+from tests.support.backends import on_backends
+from tests.support.csv_cases import ROUND_TRIPS, SCHEMA, comparable, expected, make_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.s3a,
               pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")]

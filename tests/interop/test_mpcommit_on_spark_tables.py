@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from tests.cli.conftest import cli
-from tests.conftest import Backend
-from tests.interop.conftest import on_backends
+from tests.support.cli import cli
+from tests.support.backends import Backend
+from tests.support.backends import on_backends
 from tests.support.checks import pending_upload_entries, read_object, visible_keys
 from tests.support.spark_s3a import MAGIC_COMMITTER, session_settings
 

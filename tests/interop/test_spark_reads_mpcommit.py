@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from mpcommit.spark import write
-from tests.conftest import Backend
-from tests.interop.conftest import on_backends
+from tests.support.backends import Backend
+from tests.support.backends import on_backends
 from tests.support.checks import visible_keys
 
 pytestmark = [pytest.mark.spark, pytest.mark.s3a,

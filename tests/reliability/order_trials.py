@@ -15,7 +15,7 @@ its outcome as JSON lines (tests/reliability/trial_job.py). Once all have ended:
 each process said, the order, the verdict and the timing; a trial's seed replays its plan (the interleaving
 itself depends on the machine: that is what the many trials are for).
 
-The network: bench/s3_network.py's proxy with the ``s3`` profile (30 ms to first byte, 80 ms for
+The network: tests/support/s3_network.py's proxy with the ``s3`` profile (30 ms to first byte, 80 ms for
 CompleteMultipartUpload, 40 ms + 1 ms/key for DeleteObjects, 50 ms for copies) between the processes and the
 server. Without it a loopback server answers in microseconds and the commit phases of two jobs rarely overlap.
 
@@ -546,7 +546,7 @@ class Servers:
         self._atomic: Any = None
 
     def __enter__(self) -> "Servers":
-        from bench.s3_network import S3_LIKE, S3Network
+        from tests.support.s3_network import S3_LIKE, S3Network
         from tests.support.servers import start_go_server, start_localstack, start_moto
 
         if self.name == "moto" and not self.moto_as_is:
@@ -566,7 +566,7 @@ class Servers:
             self._atomic.__exit__(None, None, None)
 
     def harness(self, workdir: Path) -> Harness:
-        from tests.conftest import raw_s3_client
+        from tests.support.backends import raw_s3_client
 
         return Harness(self.server.endpoint_url, self.network.endpoint_url, raw_s3_client(self.server.endpoint_url),
                        workdir=workdir, server_name=self.name)

@@ -22,9 +22,9 @@ from mpcommit.protocol import faults
 from mpcommit.protocol.layout import JobPaths, parse_uri
 from mpcommit.protocol.recovery import RecoveryOutcome, recover
 from mpcommit.store.s3 import S3Store
-from tests.cli.conftest import cli
+from tests.support.cli import cli
 from tests.support.checks import pending_uploads
-from tests.support.invariants import dataset, job_records
+from tests.support.invariants import dataset
 
 #: A driver that beats once, at creation: its job's liveness then rests on its uploads and records alone.
 ONE_BEAT = OrderSettings(heartbeat_seconds=3600, lease_seconds=7200)

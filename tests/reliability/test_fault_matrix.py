@@ -27,7 +27,7 @@ from mpcommit.protocol import faults
 from mpcommit.protocol.records.manifest import TaskResult
 from mpcommit.protocol.inventory import list_jobs
 from mpcommit.protocol.recovery import recover
-from tests.conftest import selected_backends
+from tests.support.backends import selected_backends
 from tests.reliability import crash_driver as plan
 from tests.reliability.scene import (
     DELETE_BATCH,

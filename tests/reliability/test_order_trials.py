@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from bench.s3_network import S3_LIKE, S3Network
+from tests.support.s3_network import S3_LIKE, S3Network
 from tests.reliability.order_trials import PAIRINGS, Harness, atomic_conditional_writes_on_moto, plan_trial
 
 #: Seeds of the short tier: three per pairing on moto, one per pairing on LocalStack (three trials at a time:

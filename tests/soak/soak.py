@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.cluster.support import DriverApp, cli
+from tests.support.cluster_apps import DriverApp, cli
 from tests.soak.checker import COMPACTION_RECOVERY_STUCK, JobLog, Reader, check, check_order_model
 from tests.support.fault_proxy import FaultProxy, FaultRule
 from tests.support.spark_cluster import StandaloneCluster
@@ -353,7 +353,7 @@ class Soak:
 
     def _compact(self, dest: str, rng: random.Random, registry: dict[str, subprocess.Popen],
                  label: str = "compaction") -> None:
-        from tests.cli.conftest import cli_env, mpcommit_command
+        from tests.support.cli import cli_env, mpcommit_command
 
         fault = rng.choice(COMPACT_KILL_POINTS) + ":kill" if rng.random() < self.s.compact_kill_rate else None
         env = cli_env(**({"MPCOMMIT_FAULT": fault} if fault else {}))
@@ -636,7 +636,7 @@ def main(argv: list[str] | None = None) -> int:
     a = parser.parse_args(argv)
     settings = Settings(seconds=a.seconds if a.seconds else a.minutes * 60, runners=a.runners, spark=not a.no_spark,
                         seed=a.seed)
-    from tests.conftest import raw_s3_client
+    from tests.support.backends import raw_s3_client
     from tests.support.servers import start_localstack
 
     workdir = Path(tempfile.mkdtemp(prefix="mpcommit-soak-"))

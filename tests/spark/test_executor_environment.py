@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.spark.support import SPARK_MARKS
+from tests.support.spark_tables import SPARK_MARKS
 
 pytestmark = [*SPARK_MARKS, pytest.mark.slow]
 

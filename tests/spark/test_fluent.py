@@ -12,7 +12,7 @@ import pytest
 from mpcommit.errors import DestinationExistsError, SparkWriterError, UsageError
 from mpcommit.protocol.commit import CommitReport
 from mpcommit.spark import write, writer
-from tests.spark.support import SPARK_MARKS, assert_clean, files, partition_dirs, same_report
+from tests.support.spark_tables import SPARK_MARKS, assert_clean, files, partition_dirs, same_report
 from tests.support.checks import list_objects, pending_uploads, read_object
 from tests.support.spark_s3a import session_settings
 

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from mpcommit.spark import write
-from tests.spark.support import SPARK_MARKS, assert_clean, data_keys, read_table, sorted_rows
+from tests.support.spark_tables import SPARK_MARKS, assert_clean, data_keys, read_table, sorted_rows
 from tests.support.checks import read_object
 from tests.support.spark_s3a import session_settings
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from tests.spark.support import SPARK_MARKS, assert_clean, data_keys, read_table, s3_filesystem
+from tests.support.spark_tables import SPARK_MARKS, assert_clean, data_keys, read_table, s3_filesystem
 from tests.support.checks import read_object
 
 pytestmark = [*SPARK_MARKS, pytest.mark.slow]

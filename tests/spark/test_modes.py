@@ -11,7 +11,7 @@ import pytest
 
 from mpcommit.errors import DestinationExistsError, InvalidUriError, NoSuchBucketError, UsageError
 from mpcommit.spark import write
-from tests.spark.support import SPARK_MARKS, assert_clean, data_keys, read_table
+from tests.support.spark_tables import SPARK_MARKS, assert_clean, data_keys, read_table
 from tests.support.checks import all_keys, list_objects, pending_uploads, read_object
 
 pytestmark = SPARK_MARKS

@@ -7,7 +7,7 @@ import datetime as dt
 import pyarrow as pa
 
 from mpcommit.spark import write
-from tests.spark.support import SPARK_MARKS, assert_clean, data_keys, read_table
+from tests.support.spark_tables import SPARK_MARKS, assert_clean, data_keys, read_table
 
 pytestmark = SPARK_MARKS
 

@@ -26,7 +26,7 @@ from mpcommit.spark.table_schema import (
     type_differences,
 )
 from mpcommit.store.s3 import S3Store
-from tests.spark.support import data_keys
+from tests.support.spark_tables import data_keys
 from tests.support.checks import all_keys, pending_uploads
 
 

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from mpcommit.spark import write
-from tests.spark.support import SPARK_MARKS, assert_clean, data_keys, read_table, s3_filesystem
+from tests.support.spark_tables import SPARK_MARKS, assert_clean, data_keys, read_table, s3_filesystem
 from tests.support.checks import pending_uploads, read_object
 
 pytestmark = SPARK_MARKS

@@ -8,7 +8,7 @@ import pytest
 from mpcommit.operations import probes
 from mpcommit.operations.probes import BEHAVIOURS, PROBE_FOLDER, Finding, Status, probe_base, run_probes
 from mpcommit.store.s3 import S3Store
-from tests.cli.conftest import assert_clean_error, cli
+from tests.support.cli import assert_clean_error, cli
 from tests.stores.matrix import COLUMNS, DOC, cell, found_by_tests, parse, server_versions
 from tests.support.checks import all_keys, pending_uploads
 

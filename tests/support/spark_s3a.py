@@ -205,3 +205,15 @@ def point_bucket_at(spark: Any, bucket: str, endpoint_url: str) -> None:
     """Route ``s3a://bucket/...`` to ``endpoint_url`` in a running session (S3A's per-bucket options), so that
     buckets on different test servers can share one session."""
     spark.sparkContext._jsc.hadoopConfiguration().set(f"fs.s3a.bucket.{bucket}.endpoint", endpoint_url)
+
+
+def require_s3a_jars() -> None:
+    """Skip (fail under CI=true) when the S3A jars cannot be used, saying which are missing and how to get them."""
+    import pytest
+
+    problem = s3a_jars_problem()
+    if problem is None:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{problem} (CI=true: the s3a tests must run, not skip)", pytrace=False)
+    pytest.skip(problem)

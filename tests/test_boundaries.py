@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[2] / "mpcommit"
+PACKAGE = Path(__file__).resolve().parents[1] / "mpcommit"
 
 #: Dependencies point down this list (docs/ARCHITECTURE.md): a module may import its own layer and those
 #: below, never one above.
@@ -94,3 +94,38 @@ def test_the_boundary_checks_can_fail(tmp_path: Path) -> None:
     found = list(imports("protocol.job", sample))
     assert ("mpcommit.catalog.sync", 2) in found and ("boto3", 3) in found
     assert layer_of("catalog.sync") > layer_of("protocol.job")  # type: ignore[operator]
+
+
+TESTS = Path(__file__).resolve().parent
+
+
+def tangled_test_imports(root: Path) -> list[str]:
+    """Imports under ``root`` that break the test tree's rules: tests never import bench/ (bench's own tests live
+    in bench/tests and may use tests/support, not the other way round), and helpers are imported from
+    tests/support, never from a conftest (a conftest holds fixtures and hooks, found by pytest itself)."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            relative_conftest = isinstance(node, ast.ImportFrom) and node.level and node.module == "conftest"
+            for target in names:
+                if target == "bench" or target.startswith("bench."):
+                    found.append(f"{path.relative_to(root)}:{node.lineno} imports {target}")
+                if target.split(".")[-1] == "conftest":
+                    found.append(f"{path.relative_to(root)}:{node.lineno} imports {target}")
+            if relative_conftest:
+                found.append(f"{path.relative_to(root)}:{node.lineno} imports .conftest")
+    return found
+
+
+def test_the_test_tree_is_untangled() -> None:
+    assert tangled_test_imports(TESTS) == []
+
+
+def test_the_test_tree_check_can_fail(tmp_path: Path) -> None:
+    (tmp_path / "test_a.py").write_text("from bench.s3_network import S3Network\nimport bench\n")
+    (tmp_path / "test_b.py").write_text("from tests.cli.conftest import cli\nfrom .conftest import x\n")
+    assert tangled_test_imports(tmp_path) == [
+        "test_a.py:1 imports bench.s3_network", "test_a.py:2 imports bench",
+        "test_b.py:1 imports tests.cli.conftest", "test_b.py:2 imports .conftest"]

@@ -1,9 +1,9 @@
-"""The S3-like network's cost and throttling rules (bench/s3_network.py), without a proxy or a server: what a
+"""The S3-like network's cost and throttling rules (tests/support/s3_network.py), without a proxy or a server: what a
 request costs in latency, which partition it counts against, and when the rate limit answers 503."""
 
 import pytest
 
-from bench.s3_network import (
+from tests.support.s3_network import (
     LEGACY_2026_11,
     PROFILES,
     S3_COLD,

@@ -1,5 +1,7 @@
-"""An S3-like network for the benchmarks: an HTTP proxy in front of the local S3 server that holds every answer
-for a per-operation latency, caps each connection's bandwidth, and counts requests and bytes per S3 operation.
+"""An S3-like network for the benchmarks and for the tests that need S3's latency to find a race: an HTTP proxy in
+front of the local S3 server that holds every answer for a per-operation latency, caps each connection's
+bandwidth, and counts requests and bytes per S3 operation. It lives in tests/support, the one library of test
+infrastructure, beside the fault proxy (fault_proxy.py, whose classifier it shares); bench/ imports it from here.
 
 A loopback server answers in microseconds; S3 answers in tens of milliseconds, and that changes which design
 wins (parts in flight, commit threads). ``tc netem`` on a veth pair would be the other way to get there, but
@@ -31,7 +33,7 @@ The counters are served under ``/__proxy/`` (no bucket can be named so: bucket n
 
 and written to ``--stats-file`` when the proxy stops. Run it by hand with::
 
-    python -m bench.s3_network --upstream http://127.0.0.1:4566 --profile s3 [--port 0] [--stats-file f.json]
+    python -m tests.support.s3_network --upstream http://127.0.0.1:4566 --profile s3 [--port 0] [--stats-file f.json]
 
 or from Python with :class:`S3Network` (``with S3Network(upstream, S3_LIKE) as net: net.endpoint_url``).
 """
@@ -57,7 +59,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:  # run as a script or as a subprocess from elsewhere
     sys.path.insert(0, str(REPO_ROOT))
 
@@ -756,7 +758,7 @@ def _alive(pid: int) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.s3_network", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m tests.support.s3_network", description=__doc__.split("\n\n")[0])
     p.add_argument("--upstream", required=True, help="the S3 server, http://host:port")
     p.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one, printed)")
     p.add_argument("--profile", choices=sorted(PROFILES), default="s3", help="the shaping to start from (default s3)")
@@ -799,7 +801,7 @@ class S3Network:
         self.endpoint_url = ""
 
     def start(self) -> "S3Network":
-        cmd = [sys.executable, "-m", "bench.s3_network", "--upstream", self.upstream,
+        cmd = [sys.executable, "-m", "tests.support.s3_network", "--upstream", self.upstream,
                "--profile-json", json.dumps(self.profile.to_json()), "--parent-pid", str(os.getpid())]
         if self.stats_file:
             cmd += ["--stats-file", self.stats_file]

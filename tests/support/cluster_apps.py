@@ -21,8 +21,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from tests.cli.conftest import cli_env, mpcommit_command
-from tests.spark.support import read_table, s3_filesystem
+from tests.support.cli import cli_env, mpcommit_command
+from tests.support.spark_tables import read_table, s3_filesystem
 from tests.support.checks import all_keys, pending_upload_entries
 from tests.support.spark_cluster import StandaloneCluster, process_alive
 from tests.support.spark_events import TaskEnd, event_log, event_log_settings, task_ends, write_stages

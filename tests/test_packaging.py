@@ -11,7 +11,7 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
-PACKAGE = Path(__file__).resolve().parents[2] / "mpcommit"
+PACKAGE = Path(__file__).resolve().parents[1] / "mpcommit"
 
 
 def requirements(extra: str | None) -> dict[str, Requirement]:
