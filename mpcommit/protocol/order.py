@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import socket
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
@@ -192,7 +193,7 @@ class TableOrder:
         """Record how the job at ``entry`` ended. Returns the outcome that holds, and whether it is this call's:
         when another process ended the job first, its record stays and this one is not written."""
         record = OrderOutcome(entry.position, entry.job_id, entry.bucket, entry.table, outcome,
-                              int(time.time() * 1000), socket.gethostname(), reason)
+                              int(time.time() * 1000), socket.gethostname(), reason, writer=uuid.uuid4().hex)
         key = self.outcome_key(entry.position)
         data = record.to_bytes()
         try:

@@ -84,7 +84,8 @@ def stats_of(partition: Mapping[str, Any]) -> tuple[int | None, int | None, int 
 def write(backend: Backend, uri: str, files: Mapping[str, Sequence[bytes]], *, mode: str = "append",
           partition_overwrite: str = "static", **commit: Any) -> Any:
     """One job, one task per partition: ``files`` maps a partition path ("" for the root) to file contents
-    (newline-terminated rows). Returns job.commit(...)'s report; ``commit`` goes to job.commit."""
+    (newline-terminated rows). Returns the commit's report; with ``table`` (and ``catalog``), committed and
+    registered by :func:`mpcommit.catalog.commit_registered`, else by job.commit."""
     job = Job.create(uri, mode=mode, partition_overwrite=partition_overwrite, s3=backend.options)
     results = []
     for task_id, (partition, contents) in enumerate(sorted(files.items())):
@@ -94,4 +95,8 @@ def write(backend: Backend, uri: str, files: Mapping[str, Sequence[bytes]], *, m
                     out.write(data)
                     out.rows = data.count(b"\n")
             results.append(task.commit())
+    if "table" in commit:
+        from mpcommit.catalog import commit_registered
+
+        return commit_registered(job, results, **commit)
     return job.commit(results, **commit)

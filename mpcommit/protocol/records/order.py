@@ -132,12 +132,15 @@ class OrderOutcome:
     hostname: str
     #: Why, for a rollback (a conflict, a rollback asked for by name, a dead job taken over).
     reason: str = ""
+    #: A random token of the writer: two processes that end one job in the same millisecond on one host write
+    #: different bytes, so that each can tell its own write (retried after a lost answer) from the other's.
+    writer: str = ""
 
     def to_bytes(self) -> bytes:
         return dumps({
             "kind": OUTCOME_KIND, "version": 1, "position": self.position, "jobId": self.job_id,
             "bucket": self.bucket, "table": self.table, "outcome": self.outcome.value, "time": self.time_ms,
-            "hostname": self.hostname, "reason": self.reason,
+            "hostname": self.hostname, "reason": self.reason, "writer": self.writer,
         })
 
     @classmethod
@@ -155,7 +158,7 @@ class OrderOutcome:
             raise ManifestCorruptError(f"{what} at {where}: unknown outcome {obj.get('outcome')!r}") from None
         return cls(position=position, job_id=r.str("jobId"), bucket=r.str("bucket"), table=obj.get("table", ""),
                    outcome=outcome, time_ms=r.int("time"), hostname=r.str("hostname"),
-                   reason=r.str("reason", optional=True) or "")
+                   reason=r.str("reason", optional=True) or "", writer=r.str("writer", optional=True) or "")
 
 
 def table_paths(table: Table, destination_path: str, rels: tuple[str, ...] | list[str]) -> tuple[str, ...]:

@@ -1,0 +1,39 @@
+"""The plain values the store hands out and takes in: what S3 says about objects, uploads and parts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+
+def xml_safe(key: str) -> bool:
+    """Whether XML 1.0 carries ``key`` unchanged (S3's XML bodies: DeleteObjects, CompleteMultipartUpload)."""
+    return not any((c < " " and c not in "\t\n") or "\ud800" <= c <= "\udfff" or c in "\ufffe\uffff" for c in key)
+
+
+@dataclass(frozen=True)
+class UploadInfo:
+    """A multipart upload as ListMultipartUploads shows it: started, neither completed nor aborted."""
+
+    key: str
+    upload_id: str
+    initiated: datetime | None
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """An object as a listing or a HEAD shows it."""
+
+    key: str
+    size: int
+    etag: str
+    last_modified: datetime | None
+
+
+@dataclass(frozen=True)
+class CompletedPart:
+    """A part as CompleteMultipartUpload lists it."""
+
+    number: int
+    etag: str
+    crc32: str | None = None
