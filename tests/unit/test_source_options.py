@@ -126,3 +126,30 @@ def test_the_progress_record_round_trips_and_is_validated() -> None:
     with pytest.raises(ManifestVersionError):
         StreamProgress.from_bytes(record.to_bytes().replace(b'"version":1', b'"version":9'), where="x",
                                   query_id="q1")
+
+
+def test_every_option_the_readme_lists_is_one_the_data_source_takes() -> None:
+    """The README's table of the data source's options: each name (as written there) is read, none refused."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    start = readme.index("## Writing with df.write.format('mpcommit'), SQL and streaming")
+    rows = [line for line in readme[start:readme.index("\n## ", start + 1)].splitlines()
+            if line.startswith("| `") and "Spark refuses" not in line]
+    names = {n for line in rows for n in re.findall(r"`([A-Za-z0-9_.]+)`", line.split("|")[1])}
+    assert {"path", "format", "partitionBy", "s3.endpointUrl", "writer.initialPartSize"} <= names, names
+    values = {"format": "csv", "partitionBy": "dt", "partitionOverwriteMode": "dynamic", "saveMode": "ignore",
+              "outputTimestampType": "TIMESTAMP_MICROS", "merge": "true", "merge.smallFileAvg": "16MB",
+              "merge.targetSize": "256MB", "table": "db.t", "catalog": "glue", "overwriteBucketRoot": "true",
+              "schemaMismatch": "error", "s3.addressingStyle": "path", "s3.sse": "AES256", "compression": "gzip",
+              "header": "true", "sep": ";", "writer.initialPartSize": "8MiB"}
+    for name in sorted(names):
+        value = values.get(name, "s3://bkt/t" if name == "path" else "http://127.0.0.1:9" if "endpoint" in name.lower()
+                           else "2")
+        options = {"path": "s3://bkt/t", "format": "csv" if name in ("header", "sep") else "parquet", name: value}
+        if name in ("table", "catalog", "glue.endpointUrl", "glue.catalogId"):
+            options.update(table="db.t", catalog="glue")
+        if name == "outputTimestampType":
+            options["format"] = "parquet"
+        read(options)  # refused names raise here
