@@ -76,8 +76,12 @@ def lose_commit_log(checkpoint: Path, batch: int) -> None:
     assert not (checkpoint / "commits" / str(batch)).exists()
 
 
-def test_each_micro_batch_is_committed_exactly_once_across_replays(source, moto_backend, tmp_path) -> None:  # noqa: ANN001, F811
-    be, bucket = moto_backend, moto_backend.new_bucket()
+@pytest.mark.parametrize("server", ["moto", pytest.param("localstack", marks=pytest.mark.localstack)])
+def test_each_micro_batch_is_committed_exactly_once_across_replays(source, server, request, tmp_path) -> None:  # noqa: ANN001, F811
+    # The sink's record is rewritten with conditional writes, and replays list the table's job records: on moto
+    # and on LocalStack's S3.
+    be = request.getfixturevalue(f"{server}_backend")
+    bucket = be.new_bucket()
     uri, folder, checkpoint = f"s3://{bucket}/t", tmp_path / "in", tmp_path / "checkpoint"
     folder.mkdir()
     add_file(folder, 0, range(0, 10))
