@@ -78,7 +78,8 @@ def test_a_fresh_session_finds_the_source_with_no_register_call(source, moto_bac
     assert ids(be, bucket, "t") == list(range(30))
     # The format's options, the codec and maxRecordsPerFile by their PySpark names.
     df.write.format("mpcommit").mode("overwrite").options(**s3(be), format="json", compression="gzip",
-                                                         partitionBy="dt", maxRecordsPerFile="4").save(f"s3://{bucket}/j")
+                                                         partitionBy="dt", maxRecordsPerFile="4") \
+        .save(f"s3://{bucket}/j")
     keys = data_keys(be.client, bucket, "j")
     assert keys and all(k.endswith(".json.gz") for k in keys), sorted(keys)[:3]
     assert len(keys) >= 30 // 4, "at most 4 rows a file"

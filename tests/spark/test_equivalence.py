@@ -29,7 +29,8 @@ from tests.support.checks import list_objects, read_object
 from tests.spark.test_datasource import s3
 
 
-pytestmark = [*SPARK_MARKS, pytest.mark.slow]  # about 110 s on 2 cores: every format, mode and partitioning
+#: slow: every format, mode and partitioning, 50 s on 2 quiet cores, 2 minutes under load.
+pytestmark = [*SPARK_MARKS, pytest.mark.slow]
 
 HOSTILE = ["a b", "a/b", "k=v", "50%", "ünï ☃", "", None]
 FORMATS = {"parquet": {}, "csv": {"header": "true"}, "json": {}, "text": {}}
