@@ -30,10 +30,14 @@ test-quick: $(STAMP)
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+# PySpark finds data sources in top-level modules named pyspark_* by listing sys.path (pkgutil.iter_modules), which
+# does not see setuptools' editable finder: mpcommit-checkout.pth puts the checkout itself on the venv's path, so that
+# Spark finds pyspark_mpcommit (df.write.format("mpcommit")) with no register call, as it does in a wheel install.
+$(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[demo,test]'
+	$(PY) -c 'import sysconfig; open(sysconfig.get_path("purelib") + "/mpcommit-checkout.pth", "w").write("$(CURDIR)\n")'
 	touch $(STAMP)
 
 localstack-install:
