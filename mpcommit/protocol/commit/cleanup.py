@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from ...errors import ManifestError
+from ...errors import ManifestError, NoSuchKeyError
 from ...store.s3 import S3Store, UploadInfo
 from .. import faults
 from ..layout import Destination, JobPaths, job_id_of_key
@@ -51,7 +51,7 @@ class JobCleanup:
                 continue
             try:
                 manifest = self.manifests.read(obj.key)
-            except ManifestError as exc:
+            except (ManifestError, NoSuchKeyError) as exc:  # gone: another rollback or cleanup of the job removed it
                 log.warning("skipping unreadable %s %s: %s", "loser manifest" if skip else "manifest", obj.key, exc)
                 continue
             for u in manifest.uploads:
