@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from mpcommit.spark import register
-from tests.spark.support import SPARK_MARKS, assert_clean, data_keys, read_table, s3_filesystem
+from tests.support.spark_tables import SPARK_MARKS, assert_clean, data_keys, read_table, s3_filesystem
 from tests.support.checks import all_keys, pending_uploads, read_object
 from tests.support.spark_s3a import session_settings
 

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from mpcommit.spark import register, writer
-from tests.spark.support import SPARK_MARKS, files
+from tests.support.spark_tables import SPARK_MARKS, files
 from tests.support.checks import list_objects, read_object
 from tests.spark.test_datasource import s3
 

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from mpcommit.spark.streaming import Pending, StreamProgress
-from tests.spark.support import JOB_ID, SPARK_MARKS, assert_clean, data_keys
+from tests.support.spark_tables import JOB_ID, SPARK_MARKS, assert_clean, data_keys
 from tests.spark.test_datasource import ids, s3, source  # noqa: F401 - source: the fixture
 from tests.support.checks import all_keys, list_objects, pending_uploads, read_object
 
