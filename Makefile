@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
 .PHONY: demo test test-quick test-seaweedfs install localstack-install s3a-install versitygw-install \
-	seaweedfs-install stores-doc bench soak clean
+	seaweedfs-install stores-doc bench soak races clean
 
 demo: $(STAMP)
 	$(VENV)/bin/mpcommit demo
@@ -30,10 +30,14 @@ test-quick: $(STAMP)
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+# PySpark finds data sources in top-level modules named pyspark_* by listing sys.path (pkgutil.iter_modules), which
+# does not see setuptools' editable finder: mpcommit-checkout.pth puts the checkout itself on the venv's path, so that
+# Spark finds pyspark_mpcommit (df.write.format("mpcommit")) with no register call, as it does in a wheel install.
+$(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[demo,test]'
+	$(PY) -c 'import sysconfig; open(sysconfig.get_path("purelib") + "/mpcommit-checkout.pth", "w").write("$(CURDIR)\n")'
 	touch $(STAMP)
 
 localstack-install:
@@ -62,6 +66,17 @@ stores-doc: $(STAMP) localstack-install versitygw-install seaweedfs-install
 SOAK_ARGS ?=
 soak: $(STAMP) localstack-install
 	$(PY) -m tests.soak.soak --report soak-report.json $(SOAK_ARGS)
+
+# The order trials' long tier (docs/RELIABILITY.md, "Randomized trials"): RACES_ARGS="--trials 200" trials per
+# pairing on moto, then on LocalStack, niced; one JSON line per trial in tests/reliability/results/, then the table.
+RACES_ARGS ?= --trials 200 --parallel 3
+RACES_OUT  := tests/reliability/results
+races: $(STAMP) localstack-install
+	-nice -n 10 $(PY) -m tests.reliability.order_trials --server moto --pairing all --replace \
+	  --out $(RACES_OUT)/order-trials-moto.jsonl $(RACES_ARGS)
+	-nice -n 10 $(PY) -m tests.reliability.order_trials --server localstack --pairing all --replace \
+	  --out $(RACES_OUT)/order-trials-localstack.jsonl $(RACES_ARGS)
+	$(PY) -m tests.reliability.order_trials_report $(RACES_OUT)/order-trials-*.jsonl
 
 bench: $(STAMP) s3a-install
 	$(PY) -m pip install --quiet -e '.[bench]'

@@ -1,12 +1,25 @@
-"""The PySpark binding: ``mpcommit.spark.write(df, "s3://bucket/table", ...)``, and the same shaped like PySpark's
-DataFrameWriter: ``mpcommit.spark.writer(df).mode("overwrite").partitionBy("dt").parquet("s3://bucket/table")``.
+"""The PySpark binding: ``mpcommit.spark.write(df, "s3://bucket/table", ...)``, the same shaped like PySpark's
+DataFrameWriter -- ``mpcommit.spark.writer(df).mode("overwrite").partitionBy("dt").parquet("s3://bucket/table")`` --
+and a PySpark data source, ``df.write.format("mpcommit")`` (also SQL and Structured Streaming), found by Spark by
+itself or after :func:`register`. All three are one implementation (:mod:`.plan`, :mod:`.tasks`).
 
-The PySpark binding; pyspark is imported here, by the Spark session catalog (catalog/spark_catalog.py's caller,
-catalog/sync.py) and by the demo job -- nowhere else (tests/test_boundaries.py).
+pyspark is imported in this package, by the Spark session catalog (catalog/spark_catalog.py's caller,
+catalog/sync.py) and by the demo job -- nowhere else (tests/test_boundaries.py). ``import mpcommit.spark``
+loads neither pyspark nor the catalogs nor the compaction package: a write imports what it needs.
 """
+
+from typing import Any
 
 from .fluent import DataFrameWriter, writer
 from .table_schema import SchemaMismatchError, SchemaMismatchWarning
 from .writer import write
 
-__all__ = ["DataFrameWriter", "SchemaMismatchError", "SchemaMismatchWarning", "write", "writer"]
+__all__ = ["DataFrameWriter", "SchemaMismatchError", "SchemaMismatchWarning", "register", "write", "writer"]
+
+
+def register(spark: Any) -> None:
+    """Register the ``mpcommit`` data source in ``spark`` (classic or Spark Connect), for an installation Spark
+    does not find by itself (see :mod:`mpcommit.spark.datasource`)."""
+    from .datasource import register as register_source
+
+    register_source(spark)

@@ -25,67 +25,40 @@ silently ignored. This module is a translation only: the write itself is :func:`
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from ..compaction.planner import MergePolicy
 from ..errors import SparkWriterError, UsageError
-from ..formats import FORMATS
-from ..formats.base import TEXT_COMPRESSION
-from ..formats.parquet import PARQUET_COMPRESSION
 from ..formats.partitioning import DEFAULT_MAX_OPEN_WRITERS
+from ..modes import WriteMode
 from ..options import S3Options, WriterSettings
 from ..protocol.commit import DEFAULT_COMMIT_THREADS, CommitReport
+from .request import (
+    Settings,
+    check_all_partition_columns,
+    refuse_format,
+    require_str,
+    resolve_format,
+    to_str,
+    translate,
+)
+from .session import Recorder, SessionSettings
 from .table_schema import SchemaMismatch
-from .writer import _check_dataframe, write
+from .writer import _check_dataframe, write_request
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from ..catalog import Catalog
+    from ..catalog.base import Catalog
+    from ..compaction.planner import MergePolicy
 
 __all__ = ["DataFrameWriter", "writer"]
-
-#: Spark's save modes (``SaveMode``, parsed ignoring case) -> mpcommit's.
-SAVE_MODES = {"append": "append", "overwrite": "overwrite", "ignore": "ignore", "error": "error",
-              "errorifexists": "error", "default": "error"}
-#: Old names Spark still resolves to its built-in formats (``DataSource.backwardCompatibilityMap``).
-FORMAT_ALIASES = {
-    "org.apache.spark.sql.parquet": "parquet",
-    "org.apache.spark.sql.parquet.DefaultSource": "parquet",
-    "org.apache.spark.sql.execution.datasources.parquet": "parquet",
-    "org.apache.spark.sql.execution.datasources.parquet.DefaultSource": "parquet",
-    "org.apache.spark.sql.execution.datasources.parquet.ParquetFileFormat": "parquet",
-    "org.apache.spark.sql.json": "json",
-    "org.apache.spark.sql.json.DefaultSource": "json",
-    "org.apache.spark.sql.execution.datasources.json": "json",
-    "org.apache.spark.sql.execution.datasources.json.DefaultSource": "json",
-    "org.apache.spark.sql.execution.datasources.json.JsonFileFormat": "json",
-    "com.databricks.spark.csv": "csv",
-    "org.apache.spark.sql.execution.datasources.csv.CSVFileFormat": "csv",
-    "org.apache.spark.sql.execution.datasources.text.TextFileFormat": "text",
-}
-#: Formats Spark writes that mpcommit does not: refused by name, not as unknown.
-SPARK_ONLY_FORMATS = ("orc", "avro", "xml", "jdbc", "hive", "delta", "iceberg", "hudi", "noop", "console", "libsvm",
-                      "binaryfile", "image", "kafka")
-#: Codecs Spark 4 accepts (``compression``), to tell a misspelt codec (Spark's CODEC_NOT_AVAILABLE) from one of
-#: Spark's that mpcommit does not write (the format refuses it by name).
-SPARK_CODECS = {
-    "parquet": {"none", "uncompressed", "snappy", "gzip", "lzo", "brotli", "lz4", "lz4_raw", "zstd"},
-    "text": {"none", "uncompressed", "bzip2", "deflate", "gzip", "lz4", "snappy"},
-}
-#: The codecs mpcommit writes per format, as the CODEC_NOT_AVAILABLE message lists them.
-MPCOMMIT_CODECS = {"parquet": sorted({*PARQUET_COMPRESSION, "uncompressed"}),
-                   "text": sorted({*TEXT_COMPRESSION, "uncompressed"})}
-_WHAT_MPCOMMIT_WRITES = "mpcommit writes parquet, csv, json (JSON Lines) and text"
 
 
 def writer(
     df: "DataFrame",
     *,
     s3: S3Options | None = None,
-    merge: MergePolicy | None = None,
+    merge: "MergePolicy | None" = None,
     table: str | None = None,
     catalog: "Catalog | str | None" = None,
     max_open_writers: int = DEFAULT_MAX_OPEN_WRITERS,
@@ -104,32 +77,17 @@ def writer(
     (``"warn"``, ``"error"`` or ``"ignore"``: an append whose column types differ from the table's files).
     """
     _check_dataframe(df, "writer")
-    return DataFrameWriter(df, _Settings(s3=s3, merge=merge, table=table, catalog=catalog,
-                                         max_open_writers=max_open_writers, commit_threads=commit_threads,
-                                         writer_settings=writer_settings, overwrite_bucket_root=overwrite_bucket_root,
-                                         schema_mismatch=SchemaMismatch.parse(schema_mismatch)))
-
-
-@dataclass(frozen=True)
-class _Settings:
-    """mpcommit's own settings of one writer (the keyword arguments of :func:`writer`), passed on to write()."""
-
-    s3: S3Options | None
-    merge: MergePolicy | None
-    table: str | None
-    catalog: "Catalog | str | None"
-    max_open_writers: int
-    commit_threads: int
-    writer_settings: WriterSettings | None
-    overwrite_bucket_root: bool
-    schema_mismatch: SchemaMismatch
+    return DataFrameWriter(df, Settings(s3=s3, merge=merge, table=table, catalog=catalog,
+                                        max_open_writers=max_open_writers, commit_threads=commit_threads,
+                                        writer=writer_settings, overwrite_bucket_root=overwrite_bucket_root,
+                                        schema_mismatch=SchemaMismatch.parse(schema_mismatch)))
 
 
 class DataFrameWriter:
     """PySpark's ``DataFrameWriter`` over :func:`~mpcommit.spark.writer.write`: the same methods, arguments and
     defaults; each setter changes this writer and returns it, as PySpark's do. Made by :func:`writer`."""
 
-    def __init__(self, df: "DataFrame", settings: _Settings):
+    def __init__(self, df: "DataFrame", settings: Settings):
         self._df = df
         self._settings = settings
         self._mode = "error"
@@ -143,20 +101,20 @@ class DataFrameWriter:
         """``append``, ``overwrite``, ``ignore``, ``error`` / ``errorifexists`` / ``default``; None keeps the mode."""
         if saveMode is None:
             return self
-        _require_str("saveMode", saveMode)
-        folded = saveMode.lower()
-        if folded not in SAVE_MODES:
+        require_str("saveMode", saveMode)
+        try:
+            self._mode = WriteMode.parse(saveMode).value
+        except UsageError:
             raise SparkWriterError(
                 "INVALID_SAVE_MODE",
                 f'The specified save mode "{saveMode}" is invalid. Valid save modes include "append", "overwrite", '
                 '"ignore", "error", "errorifexists", and "default".',
-            )
-        self._mode = SAVE_MODES[folded]
+            ) from None
         return self
 
     def format(self, source: str) -> "DataFrameWriter":  # noqa: A003 - PySpark's name
         """``parquet``, ``csv``, ``json`` or ``text`` (checked here; Spark checks it when saving)."""
-        self._source = _resolve_format(source)
+        self._source = resolve_format(source)
         return self
 
     def option(self, key: str, value: Any) -> "DataFrameWriter":
@@ -165,7 +123,7 @@ class DataFrameWriter:
             return self
         if not isinstance(key, str):
             raise SparkWriterError("NOT_STR", f"Argument `key` should be a str, got {type(key).__name__}.")
-        self._options[key.lower()] = (key, _to_str(value))
+        self._options[key.lower()] = (key, to_str(value))
         return self
 
     def options(self, **options: Any) -> "DataFrameWriter":
@@ -252,13 +210,13 @@ class DataFrameWriter:
         return self._run(path, "text")
 
     def orc(self, path: str, *args: Any, **kwargs: Any) -> NoReturn:
-        _refuse_format("orc")
+        refuse_format("orc")
 
     def xml(self, path: str, *args: Any, **kwargs: Any) -> NoReturn:
-        _refuse_format("xml")
+        refuse_format("xml")
 
     def jdbc(self, url: str, table: str, *args: Any, **kwargs: Any) -> NoReturn:
-        _refuse_format("jdbc")
+        refuse_format("jdbc")
 
     def insertInto(self, tableName: str, overwrite: bool | None = None) -> NoReturn:  # noqa: N802,N803
         raise UsageError(
@@ -274,132 +232,10 @@ class DataFrameWriter:
             f"(...) LOCATION 's3a://...'), then writer(df, table={name!r}).partitionBy(...).parquet('s3://...')."
         )
 
-    # ------------------------------------------------------------ translation into write()
+    # ------------------------------------------------------------ translation into the one write
     def _run(self, path: str | None, source: str | None = None) -> CommitReport:
-        options = {name: value for name, value in self._options.values()}
-        path = _take_path(path, options)
-        spark = self._df.sparkSession
-        conf: Callable[[str, str], str] = lambda key, default: str(spark.conf.get(key, default))  # noqa: E731
-        fmt = source or self._source or _resolve_format(conf("spark.sql.sources.default", "parquet"),
-                                                       from_conf="spark.sql.sources.default")
-        _check_codec(fmt, options)
-        if fmt == "parquet":
-            _parquet_codec(options, conf)
-        if not _pop(options, "maxRecordsPerFile", keep=True):
-            records = conf("spark.sql.files.maxRecordsPerFile", "0")
-            if records.strip() != "0":
-                options["maxRecordsPerFile"] = records
-        if self._partition_by and all(isinstance(c, str) for c in self._partition_by):
-            columns = {c.lower() for c in self._df.columns}
-            if columns and columns <= {c.lower() for c in self._partition_by}:
-                raise SparkWriterError("ALL_PARTITION_COLUMNS_NOT_ALLOWED", "Cannot use all columns for partition "
-                                       "columns: the files would hold no data. Leave at least one column out.")
-        overwrite = _pop(options, "partitionOverwriteMode")
-        if self._mode == "overwrite" and self._partition_by:
-            # Spark replaces only the written partitions when the mode is dynamic, the write is an overwrite
-            # and it is partitioned; in every other case the setting does not apply, and is not read.
-            chosen = overwrite if overwrite is not None else conf("spark.sql.sources.partitionOverwriteMode", "STATIC")
-            partition_overwrite = _partition_overwrite(chosen, given=overwrite is not None)
-        else:
-            if overwrite is not None:
-                _partition_overwrite(overwrite, given=True)  # a bad value is refused wherever it is given
-            partition_overwrite = "static"
-        s = self._settings
-        return write(self._df, path, fmt, mode=self._mode, partition_by=self._partition_by or None,
-                     partition_overwrite=partition_overwrite, options=options, s3=s.s3, merge=s.merge, table=s.table,
-                     catalog=s.catalog, max_open_writers=s.max_open_writers, commit_threads=s.commit_threads,
-                     writer=s.writer_settings, overwrite_bucket_root=s.overwrite_bucket_root,
-                     schema_mismatch=s.schema_mismatch)
-
-
-# ---------------------------------------------------------------- pure helpers
-def _to_str(value: Any) -> str:
-    """PySpark's ``to_str``: booleans as Spark spells them, everything else str()."""
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def _require_str(name: str, value: Any) -> None:
-    if not isinstance(value, str):
-        raise SparkWriterError("NOT_STR", f"Argument `{name}` should be a str, got {type(value).__name__}.")
-
-
-def _resolve_format(source: Any, *, from_conf: str | None = None) -> str:
-    """Spark's name for a format -> mpcommit's format; Spark's refusal for an unknown one."""
-    _require_str("source", source)
-    name = FORMAT_ALIASES.get(source, source.strip().lower())
-    if name in FORMATS:
-        return name
-    where = f" (the session's {from_conf})" if from_conf else ""
-    if name in SPARK_ONLY_FORMATS:
-        _refuse_format(source, where=where)
-    raise SparkWriterError(
-        "DATA_SOURCE_NOT_FOUND",
-        f"Failed to find the data source: {source}{where}. Make sure the provider name is correct; "
-        f"{_WHAT_MPCOMMIT_WRITES}.",
-    )
-
-
-def _refuse_format(source: str, *, where: str = "") -> NoReturn:
-    raise UsageError(
-        f"format {source!r}{where}: {_WHAT_MPCOMMIT_WRITES}. Choose one of those (.format('parquet')), "
-        f"or keep df.write for {source}."
-    )
-
-
-def _pop(options: dict[str, str], name: str, *, keep: bool = False) -> str | None:
-    """The value of option ``name`` (any case), taken out of ``options`` unless ``keep``."""
-    for given in list(options):
-        if given.lower() == name.lower():
-            return options[given] if keep else options.pop(given)
-    return None
-
-
-def _take_path(path: Any, options: dict[str, str]) -> str:
-    """The destination: the argument, or Spark's ``path`` option, never both (as Spark 3.1+)."""
-    from_option = _pop(options, "path")
-    if path is None:
-        if from_option is None:
-            raise UsageError("'path' is not specified: give save() the destination, e.g. save('s3://bucket/table')")
-        return from_option
-    _require_str("path", path)
-    if from_option is not None:
-        raise UsageError(
-            f"there is a 'path' option ({from_option!r}) and save() is called with a path ({path!r}); give one"
-        )
-    return path
-
-
-def _check_codec(fmt: str, options: dict[str, str]) -> None:
-    """A codec name neither Spark nor mpcommit knows gets Spark's CODEC_NOT_AVAILABLE -- the short names
-    :func:`~mpcommit.spark.writer.write` also takes (``gz``, ``bz2``, ``zstandard``) included, since Spark refuses
-    them; one of Spark's that mpcommit does not write is left to the format, which refuses it by name."""
-    family = "parquet" if fmt == "parquet" else "text"
-    for name in ("compression", "codec") if family == "text" else ("compression", "parquet.compression"):
-        value = _pop(options, name, keep=True)
-        if value is None:
-            continue
-        folded = value.strip().lower()
-        if folded in SPARK_CODECS[family] or folded in MPCOMMIT_CODECS[family] or "." in folded:
-            continue  # (a codec class name is Spark's to resolve)
-        raise SparkWriterError(
-            "CODEC_NOT_AVAILABLE.WITH_AVAILABLE_CODECS_SUGGESTION",
-            f"The codec {value} is not available. Available codecs are {', '.join(MPCOMMIT_CODECS[family])} "
-            f"(what mpcommit writes as {fmt}).",
-        )
-
-
-def _parquet_codec(options: dict[str, str], conf: Callable[[str, str], str]) -> None:
-    """Parquet's codec by Spark's precedence: ``compression``, then ``parquet.compression``, then the session's
-    ``spark.sql.parquet.compression.codec``."""
-    legacy = _pop(options, "parquet.compression")
-    if _pop(options, "compression", keep=True) is None:
-        options["compression"] = legacy if legacy is not None else conf("spark.sql.parquet.compression.codec",
-                                                                          "snappy")
-
-
-def _partition_overwrite(value: str, *, given: bool) -> str:
-    folded = value.strip().lower()
-    if folded not in ("static", "dynamic"):
-        where = "option partitionOverwriteMode" if given else "the session's spark.sql.sources.partitionOverwriteMode"
-        raise UsageError(f"{where} must be STATIC or DYNAMIC, got {value!r}")
-    return folded
+        check_all_partition_columns(list(self._df.columns), self._partition_by)
+        session = Recorder(SessionSettings.of_session(self._df.sparkSession))
+        request = translate(self._options, path=path, mode=self._mode, partition_by=self._partition_by,
+                            source=source or self._source, session=session, settings=self._settings)
+        return write_request(self._df, request)

@@ -127,3 +127,25 @@ def test_the_session_catalog_is_refused_over_connect_before_anything_is_written(
                                              r"mpcommit catalog sync"):
             run()
     assert list_objects(moto_backend.client, bucket, "") == [] and pending_uploads(moto_backend.client, bucket, "") == []
+
+
+def test_the_data_source_over_connect(connect_spark, moto_backend) -> None:  # noqa: ANN001
+    """``df.write.format("mpcommit")`` from a Connect client: found by the server's own look for pyspark_* modules
+    (no register call), committed by mpcommit on the server; a failed task leaves nothing."""
+    be, bucket = moto_backend, moto_backend.new_bucket()
+    uri = f"s3://{bucket}/t"
+    # The server's workers take the store from their environment (the fixture's); the options name it too.
+    store = {"s3.endpointUrl": be.endpoint_url, "s3.accessKeyId": "test", "s3.secretAccessKey": "test"}
+    frame(connect_spark, ROWS[:30]).write.format("mpcommit").mode("overwrite").options(**store) \
+        .option("partitionBy", "dt").save(uri)
+    frame(connect_spark, ROWS[30:]).write.format("mpcommit").mode("append").options(**store, partitionBy="dt") \
+        .save(uri)
+    assert read_back(be, bucket, "t") == sorted(ROWS)
+    before = {o["Key"] for o in list_objects(be.client, bucket)}
+    failing = frame(connect_spark).selectExpr("CASE WHEN id = 17 THEN raise_error('boom') ELSE id END AS id",
+                                              "name", "dt")
+    with pytest.raises(Exception, match="boom"):
+        failing.write.format("mpcommit").mode("append").options(**store, partitionBy="dt").save(uri)
+    assert {o["Key"] for o in list_objects(be.client, bucket)} == before
+    assert read_back(be, bucket, "t") == sorted(ROWS)
+    assert_clean(be.client, bucket, "t")

@@ -342,3 +342,81 @@ def _overwritten_meanwhile(job: JobLog, jobs: dict[str, JobLog]) -> bool:
     started, may be (or have been) deleting this job's rows."""
     return any(o.is_overwrite() and o.dest == job.dest and o.run != job.run and o.fate != "not_committed"
                and (o.end is None or o.end + CLOCK_SLACK_MS >= job.start) for o in jobs.values())
+
+
+# ---------------------------------------------------------------- the order's model (at the end)
+ORDER_FOLDER = "_mpcommit/order/"
+
+
+def read_order(client: Any, bucket: str, dest: str) -> list[dict[str, Any]]:
+    """The commit order of the table at ``dest``: every place with its entry and how it ended (raw JSON)."""
+    import json
+
+    entries: dict[int, dict[str, Any]] = {}
+    outcomes: dict[int, dict[str, Any]] = {}
+    root = f"{dest}/{ORDER_FOLDER}"
+    for obj in list_objects(client, bucket, root):
+        name = obj["Key"][len(root):]
+        stem, done = (name[:-5], True) if name.endswith(".done") else (name, False)
+        if len(stem) != 20 or not stem.isdigit():
+            continue
+        (outcomes if done else entries)[int(stem)] = json.loads(read_object(client, bucket, obj["Key"]))
+    return [{**entries[p], "outcome": (outcomes.get(p) or {}).get("outcome")} for p in sorted(entries)]
+
+
+def check_order_model(client: Any, bucket: str, dests: Iterable[str], snap: Snapshot,
+                      jobs: dict[str, JobLog]) -> Verdict:
+    """At the end, once every job ended and was recovered: per destination, the jobs whose place in its
+    commit order ended ``committed``, applied in position order to an empty table -- an append (or an ``error``
+    or ``ignore`` job that found nothing) adds its rows, a static overwrite replaces the table, a dynamic one
+    the partitions it wrote, a compaction changes no row -- must give exactly the rows visible there. A
+    destination holding a committed place of a job no log describes (a driver killed before it logged its job
+    id) cannot be modelled: said so, not judged. Also: a job that its log says committed holds a committed
+    place, and one that its log says was not committed holds none; no place is left open."""
+    v = Verdict()
+    by_id = {j.job_id: j for j in jobs.values() if j.job_id}
+    visible: dict[str, set[tuple[str, tuple]]] = defaultdict(set)
+    for key, where in snap.rows.items():
+        for w in where:
+            visible[w.dest].add((w.partition, key))
+    for dest in dests:
+        order = read_order(client, bucket, dest)
+        table: dict[str, set[tuple]] = {}
+        unknown = []
+        committed = 0
+        for e in order:
+            job = by_id.get(e.get("jobId", ""))
+            if e["outcome"] is None:
+                v.fail(f"{dest}: place {e['position']} (job {job.run if job else e.get('jobId')}) is still open at the end")
+                continue
+            if job is not None and job.fate == "committed" and e["outcome"] != "committed":
+                v.fail(f"{dest}: {job.run} committed by its log, its place {e['position']} ended {e['outcome']}")
+            if job is not None and job.fate == "not_committed" and e["outcome"] == "committed":
+                v.fail(f"{dest}: {job.run} not committed by its log, its place {e['position']} ended committed")
+            if e["outcome"] != "committed":
+                continue
+            committed += 1
+            if e.get("purpose") == "compact":
+                continue
+            if job is None or job.rows is None:
+                unknown.append(e["position"])
+                continue
+            rows = job.expected()
+            if e.get("mode") == "overwrite" and e.get("partitionOverwrite") == "static":
+                table = {}
+            for partition, keys in rows.items():
+                if e.get("mode") == "overwrite" and e.get("partitionOverwrite") == "dynamic":
+                    table[partition] = set()
+                table.setdefault(partition, set()).update(keys)
+        v.notes[f"{dest}: committed places"] = committed
+        if unknown:
+            v.notes[f"{dest}: not modelled (places of jobs no log describes)"] = len(unknown)
+            continue
+        model = {(p, k) for p, keys in table.items() for k in keys}
+        v.notes[f"{dest}: model rows"] = len(model)
+        if model != visible.get(dest, set()):
+            missing = sorted(model - visible.get(dest, set()))
+            extra = sorted(visible.get(dest, set()) - model)
+            v.fail(f"{dest}: the visible rows are not the commit order's model: {len(missing)} missing "
+                   f"(e.g. {missing[:2]}), {len(extra)} too many (e.g. {extra[:2]})")
+    return v

@@ -3,7 +3,9 @@ killed at random (by the soak, from outside, or by itself at a commit checkpoint
 
 Usage: ``python -m tests.soak.runner '<json>'`` with ``name``, ``endpoint``, ``bucket``, ``dests``, ``seed``,
 ``log``, ``stop`` (a file: finish the current job and exit when it exists) and ``kill_rate`` (the share of
-jobs that kill themselves at a commit point).
+jobs that kill themselves at a commit point). With ``one``: a single job at ``start_at`` (epoch seconds), of
+``mode``/``po`` when given, its files in ``partitions`` when given, then exit (the soak's overwrites beside
+compactions).
 
 Every row it writes names itself -- ``RUN t=TASK a=ATTEMPT k=VALUE f=FILE i=LINE`` -- so that the checker can
 attribute any visible line to the job, task and attempt that wrote it, wherever compaction moved it. The log
@@ -72,6 +74,8 @@ class Runner:
         job_id = str(uuid.uuid4())
         dest = rng.choices(self.cfg["dests"], weights=self.cfg.get("dest_weights"))[0]
         (mode, overwrite) = rng.choices([m for m, _ in MODES], weights=[w for _, w in MODES])[0]
+        if self.cfg.get("mode"):  # a one-shot job of a given mode (the soak's overwrite beside a compaction)
+            mode, overwrite = self.cfg["mode"], self.cfg.get("po", "static")
         tasks = rng.randint(1, 4)
         self.log("start", run=run, job=job_id, dest=dest, mode=mode, po=overwrite, kind="py")
         try:
@@ -151,7 +155,8 @@ class Runner:
         # The same choices for every attempt of a task, as a deterministic engine would make: seeded by the task.
         rng = random.Random(f"{run}/{task}")
         files = []
-        for number, value in enumerate(sorted(rng.sample(PARTITIONS, rng.randint(1, 2)))):
+        among = self.cfg.get("partitions") or PARTITIONS
+        for number, value in enumerate(sorted(rng.sample(among, rng.randint(1, min(2, len(among)))))):
             lines = rng.randint(1, 30)
             with t.create(partition=f"k={value}", ext="txt") as out:
                 out.write("".join(line(run, task, attempt, value, number, i) for i in range(lines)).encode())
@@ -162,6 +167,12 @@ class Runner:
     def loop(self) -> None:
         stop = Path(self.cfg["stop"])
         n = int(self.cfg.get("first", 0))
+        if self.cfg.get("one"):  # one job, started at the given time, then exit
+            delay = float(self.cfg.get("start_at", 0)) - time.time()
+            if delay > 0:
+                time.sleep(delay)
+            self.run_one(n)
+            return
         while not stop.exists():
             self.run_one(n)
             n += 1

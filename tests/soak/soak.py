@@ -13,11 +13,16 @@ or after the server applied them; 2% delayed by a latency spike). Through it, at
 - a Spark driver on the standalone cluster does the same with ``mpcommit.spark.write``;
 - cleaners (``mpcommit uploads abort --older-than``), compactions (``mpcommit compact``) and recovers
   (``mpcommit jobs recover --older-than``) run beside them, as an operator's cron would;
+- every 15 s or so a compaction and an overwrite of some of the same destination's partitions start together:
+  the overwrite from 1.5 s before the compaction to 6 s after it (a one-shot runner: dynamic mostly, static now
+  and then), issue 22's first schedule;
 - drivers die: the soak SIGKILLs a random driver (a Python runner, the Spark driver, a compaction) now and
   then, and some jobs kill themselves at a commit checkpoint they drew.
 
 The checker (``tests/soak/checker.py``) reads LocalStack directly after every job (a round starts whenever a
-job has ended) and once more at the end, after every job was recovered or rolled back and every orphan cleaned.
+job has ended) and once more at the end, after every job was recovered or rolled back and every orphan cleaned;
+at the end it also replays each destination's commit order (the jobs whose place ended committed, in order)
+and requires exactly the rows that leaves.
 The report (printed, and written as JSON) gives jobs, files, faults, kills and violations.
 """
 
@@ -40,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.cluster_apps import DriverApp, cli
-from tests.soak.checker import COMPACTION_RECOVERY_STUCK, JobLog, Reader, check
+from tests.soak.checker import COMPACTION_RECOVERY_STUCK, JobLog, Reader, check, check_order_model
 from tests.support.fault_proxy import FaultProxy, FaultRule
 from tests.support.spark_cluster import StandaloneCluster
 
@@ -75,6 +80,12 @@ class Settings:
     recover_age: float = 60.0
     compact_every: float = 13.0
     compact_kill_rate: float = 0.25
+    #: An overwrite of some partitions and `mpcommit compact` of the same destination, started together.
+    clash_every: float = 15.0
+    #: The overwrite starts up to this much before the compaction, or up to ``clash_after`` after it (a
+    #: compaction takes seconds to list and merge: later overwrites meet it at its commit, or wait for it).
+    clash_window: float = 1.5
+    clash_after: float = 6.0
 
 
 class SoakProxy(FaultProxy):
@@ -147,10 +158,13 @@ class Soak:
         self.spark_writes: list[SparkWrite] = []
         self.spark_app: DriverApp | None = None
         self.compacting: dict[str, subprocess.Popen] = {}
+        self.clash_compacting: dict[str, subprocess.Popen] = {}
+        self.clashes = 0
         self.violations: list[str] = []
         self.known: dict[str, list[str]] = defaultdict(list)
         self.notes: Counter[str] = Counter()
         self.rounds = 0
+        self.order_notes: dict[str, Any] = {}
         self.reader = Reader(raw_client, bucket)
         self.started = 0.0
 
@@ -174,7 +188,8 @@ class Soak:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.started = time.time()
         threads = [threading.Thread(target=t, name=t.__name__, daemon=True) for t in (
-            self._python_drivers, self._killer, self._cleaner, self._recoverer, self._compactor, self._checker)]
+            self._python_drivers, self._killer, self._cleaner, self._recoverer, self._compactor, self._clasher,
+            self._checker)]
         if self.s.spark and self.cluster is not None:
             threads.append(threading.Thread(target=self._spark_driver, name="spark", daemon=True))
         for t in threads:
@@ -278,7 +293,8 @@ class Soak:
             # A Spark driver costs a new application (a JVM and its executors): killed less often.
             if self.spark_app is not None and self.spark_app.process.poll() is None and rng.random() < 0.3:
                 targets.append(("spark driver", self.spark_app.pid))
-            targets += [("compaction", p.pid) for p in list(self.compacting.values()) if p.poll() is None]
+            targets += [("compaction", p.pid) for p in list(self.compacting.values()) + list(
+                self.clash_compacting.values()) if p.poll() is None]
             if not targets:
                 continue
             what, pid = rng.choice(targets)
@@ -332,35 +348,79 @@ class Soak:
                 self.note("recover", dest=dest, job=a["jobId"], action=a["action"], detail=a["detail"][:1500])
 
     def _compactor(self) -> None:
+        for rng in self._every(self.s.compact_every, "compact"):
+            self._compact(self.pick_dest(rng), rng, self.compacting)
+
+    def _compact(self, dest: str, rng: random.Random, registry: dict[str, subprocess.Popen],
+                 label: str = "compaction") -> None:
         from tests.support.cli import cli_env, mpcommit_command
 
-        for rng in self._every(self.s.compact_every, "compact"):
+        fault = rng.choice(COMPACT_KILL_POINTS) + ":kill" if rng.random() < self.s.compact_kill_rate else None
+        env = cli_env(**({"MPCOMMIT_FAULT": fault} if fault else {}))
+        proc = subprocess.Popen([*mpcommit_command(), "--endpoint-url", self.endpoint, "compact",
+                                 f"s3://{self.bucket}/{dest}", "--json"], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+        registry[dest] = proc
+        self.note(f"{label}_start", dest=dest, fault=fault, pid=proc.pid)
+        try:
+            out, err = proc.communicate(timeout=600)
+        finally:
+            registry.pop(dest, None)
+        if proc.returncode == -signal.SIGKILL:
+            self.ops[f"{label}s killed"] += 1
+            self.note(f"{label}_killed", dest=dest, fault=fault)
+            if fault:
+                self.kills[f"compaction, by itself at {fault.rsplit(':', 1)[0]}"] += 1
+            return
+        try:
+            report = json.loads(out)
+            self.ops[f"{label}: {report['outcome']}"] += 1
+            self.ops[f"files merged by {label}s"] += report.get("filesMerged", 0)
+            self.note(label, dest=dest, job=report.get("jobId"), outcome=report["outcome"])
+        except (ValueError, KeyError):
+            # A conflict with an overwrite that replaced its sources is a refusal by name (exit 1, no JSON).
+            first = next((line for line in err.splitlines() if "error" in line.lower()), err[-200:])
+            # CommitConflictError's message (the CLI prints messages, not classes): the sources changed under it.
+            kind = "conflict" if "changed the files it was made from" in err or (
+                "was not committed" in err and "Nothing of it is visible; run it again" in err) else f"exit {proc.returncode}"
+            self.ops[f"{label}: {kind}"] += 1
+            self.note(f"{label}_failed", dest=dest, why=kind, stderr=err[-800:], first=first[:300])
+
+    # ------------------------------------------------------------ an overwrite beside a compaction
+    def _clasher(self) -> None:
+        """Every ``clash_every`` s or so: on one destination, `mpcommit compact` and a one-shot overwrite of some
+        of its partitions (dynamic mostly; static now and then), the overwrite started from ``clash_window`` s
+        before the compaction to ``clash_after`` s after it -- the schedule of issue 22's first report (a nightly
+        compact beside a daily overwrite)."""
+        n = 0
+        for rng in self._every(self.s.clash_every, "clash"):
+            n += 1
             dest = self.pick_dest(rng)
-            fault = rng.choice(COMPACT_KILL_POINTS) + ":kill" if rng.random() < self.s.compact_kill_rate else None
-            env = cli_env(**({"MPCOMMIT_FAULT": fault} if fault else {}))
-            proc = subprocess.Popen([*mpcommit_command(), "--endpoint-url", self.endpoint, "compact",
-                                     f"s3://{self.bucket}/{dest}", "--json"], env=env, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
-            self.compacting[dest] = proc
-            self.note("compaction_start", dest=dest, fault=fault, pid=proc.pid)
+            po = "dynamic" if rng.random() < 0.75 else "static"
+            partitions = sorted(rng.sample(("a", "b", "c", "d"), rng.randint(1, 2)))
+            lead = rng.uniform(-self.s.clash_window, self.s.clash_after)  # the overwrite's start - compact's
+            name = f"x{n}"
+            log = self.dir / f"{name}.log"
+            self.runner_logs.append(log)
+            cfg = {"name": name, "endpoint": self.endpoint, "bucket": self.bucket, "dests": [dest],
+                   "seed": f"{self.s.seed}/{name}", "log": str(log), "stop": str(self.dir / "stop"),
+                   "kill_rate": self.s.self_kill_rate, "one": True, "mode": "overwrite", "po": po,
+                   "partitions": partitions, "start_at": time.time() + 1.0 + max(0.0, lead)}
+            with open(self.dir / f"{name}.stderr", "ab") as err:
+                proc = subprocess.Popen([sys.executable, "-m", "tests.soak.runner", json.dumps(cfg)], cwd=REPO,
+                                        stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL)
+            self.runner_by_name[name] = proc
+            self.clashes += 1
+            self.note("clash", dest=dest, overwrite=name, po=po, partitions=partitions, lead=round(lead, 3))
+            time.sleep(1.0 + max(0.0, -lead))  # the compaction's command starts `lead` s before the overwrite
+            self._compact(dest, rng, self.clash_compacting, label="clash compaction")
             try:
-                out, err = proc.communicate(timeout=600)
-            finally:
-                self.compacting.pop(dest, None)
-            if proc.returncode == -signal.SIGKILL:
-                self.ops["compactions killed"] += 1
-                self.note("compaction_killed", dest=dest, fault=fault)
-                if fault:
-                    self.kills[f"compaction, by itself at {fault.rsplit(':', 1)[0]}"] += 1
-                continue
-            try:
-                report = json.loads(out)
-                self.ops[f"compaction: {report['outcome']}"] += 1
-                self.ops["files merged by compactions"] += report.get("filesMerged", 0)
-                self.note("compaction", dest=dest, job=report.get("jobId"), outcome=report["outcome"])
-            except (ValueError, KeyError):
-                self.ops[f"compaction exit {proc.returncode}"] += 1
-                self.note("compaction_failed", dest=dest, stderr=err[-800:])
+                proc.wait(600)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            if proc.returncode not in (0, None):
+                self.ops[f"clash overwrite exited {proc.returncode}"] += 1
 
     # ------------------------------------------------------------ the checker
     def jobs(self) -> dict[str, JobLog]:
@@ -421,7 +481,7 @@ class Soak:
 
     def _check_round(self, jobs: dict[str, JobLog]) -> None:
         snap = self.reader.snapshot()
-        verdict = check(snap, jobs, final=False, compacting=set(self.compacting))
+        verdict = check(snap, jobs, final=False, compacting=set(self.compacting) | set(self.clash_compacting))
         self.rounds += 1
         for k, n in verdict.notes.items():
             self.notes[k] = max(self.notes[k], n)
@@ -429,9 +489,10 @@ class Soak:
         if verdict.violations:
             # A listing is not atomic: confirm on a fresh one, once no compaction of those destinations runs.
             deadline = time.monotonic() + 120
-            while self.compacting and time.monotonic() < deadline:
+            while (self.compacting or self.clash_compacting) and time.monotonic() < deadline:
                 time.sleep(0.5)
-            again = check(self.reader.snapshot(), self.jobs(), final=False, compacting=set(self.compacting))
+            again = check(self.reader.snapshot(), self.jobs(), final=False,
+                          compacting=set(self.compacting) | set(self.clash_compacting))
             for problem in verdict.violations:
                 if problem in again.violations and problem not in self.violations:
                     self.violations.append(problem)
@@ -463,6 +524,12 @@ class Soak:
             if problem not in self.violations:
                 self.violations.append(problem)
         self._known(verdict.known)
+        # The same end state against each destination's commit order, replayed (the trials' model).
+        ordered = check_order_model(self.client, self.bucket, DESTS, snap, jobs)
+        for problem in ordered.violations:
+            if problem not in self.violations:
+                self.violations.append(problem)
+        self.order_notes = dict(ordered.notes)
         # Leftovers: of a write job they are a violation; of a compaction whose recovery failed because an
         # overwrite deleted its merged file, the known issue.
         writes = {j.job_id for j in jobs.values() if j.job_id}
@@ -525,6 +592,8 @@ class Soak:
             "kills": dict(self.kills),
             "operations": dict(self.ops),
             "checker rounds": self.rounds + 1,
+            "overwrites beside compactions": self.clashes,
+            "order model": self.order_notes,
             "notes": dict(self.notes),
             "known issues": {issue: len(cases) for issue, cases in self.known.items()},
             "known issue cases": {issue: cases[:10] for issue, cases in self.known.items()},
@@ -547,7 +616,7 @@ def _point_name(point: Any) -> str:
 def summary(report: dict[str, Any]) -> str:
     lines = [f"soak: {report['seconds']} s, {report['requests']} requests through the proxy"]
     for key in ("jobs", "modes", "files committed", "faults", "latency spikes", "kills", "operations", "notes",
-                "known issues"):
+                "known issues", "overwrites beside compactions", "order model"):
         lines.append(f"  {key}: {json.dumps(report[key], sort_keys=True)}")
     lines.append(f"  checker rounds: {report['checker rounds']}")
     lines.append(f"  violations: {len(report['violations'])}")

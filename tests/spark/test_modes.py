@@ -197,8 +197,9 @@ def test_max_records_per_file_splits_files(spark, store, fs) -> None:  # noqa: A
     ({"uri": "hdfs://nn/table"}, InvalidUriError, "not an S3 URI"),
     ({"uri": "s3://no-such-bucket-mpcommit/t"}, NoSuchBucketError, None),
     ({"uri": "s3://{bucket}", "mode": "overwrite"}, UsageError, "root of the bucket.*overwrite_bucket_root=True"),
+    # As in Spark, a dynamic overwrite of unpartitioned data replaces the whole destination: refused at the root.
     ({"uri": "s3://{bucket}/", "mode": "overwrite", "partition_overwrite": "dynamic"}, UsageError,
-     "dynamic overwrite of unpartitioned data"),
+     "root of the bucket: A static overwrite"),
 ])
 def test_bad_input_fails_before_any_upload(spark, store, kwargs, error, message) -> None:  # noqa: ANN001
     bucket = store.new_bucket()

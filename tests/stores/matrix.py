@@ -25,6 +25,23 @@ DOC = REPO / "docs" / "STORES.md"
 COLUMNS = {"moto": "moto", "localstack": "LocalStack", "versitygw": "versitygw", "seaweedfs": "SeaweedFS"}
 LOCALSTACK_VERSION = "4.13.1"
 _MARK = {Status.AS_S3: "", Status.WORKED_AROUND: " (handled)", Status.LIMITS: " (limits)", Status.FAILED: " (failed)"}
+#: What tests other than the probes showed of a server (the probes send one request at a time): written at the
+#: end of the page as it is here, by hand, with the test that shows it.
+FOUND_BY_TESTS = (
+    ("`If-None-Match: *` and `If-Match` under concurrency (PutObject, CompleteMultipartUpload)", [
+        "moto: not atomic -- moto 5.2 checks the condition and then writes, holding nothing in between "
+        "(`moto/s3/responses.py`: `put_object`, `_key_response_post`), so two requests creating one key at once "
+        "can both succeed. The table's commit order rests on exactly this guarantee: in the order trials' second "
+        "long run on moto (`tests/reliability/results/run2-moto-as-is.jsonl`, overwrite-append seed 2) two "
+        "appends both took place 4, and one's rows were visible with no place. "
+        "`tests/reliability/test_order_races.py::"
+        "test_moto_can_let_two_jobs_take_one_place_and_the_trials_lock_stops_it` "
+        "forces it (both PutObject requests pass the check before either writes: both jobs hold place 1). The "
+        "order trials and their short tier hold one lock across moto's check and write for conditional requests "
+        "(`tests/reliability/order_trials.py`, `atomic_conditional_writes_on_moto`; `--moto-as-is` leaves moto as "
+        "it is); with it the same test's second job takes the next place.",
+    ]),
+)
 
 
 def server_versions() -> dict[str, str]:
@@ -81,7 +98,17 @@ def render(findings: dict[str, list[Finding]], versions: dict[str, str], when: s
             note = f" -- {finding.note}" if finding.note else ""
             lines.append(f"- {COLUMNS[name]}: {finding.value}{note}.")
         lines.append("")
+    lines += found_by_tests()
     return "\n".join(lines).rstrip() + "\n"
+
+
+def found_by_tests() -> list[str]:
+    """The page's last section: :data:`FOUND_BY_TESTS`."""
+    lines = ["## Found by other tests, not by the probes", "",
+             "The probes send one request at a time; these showed when requests raced each other.", ""]
+    for title, notes in FOUND_BY_TESTS:
+        lines += [f"### {title}", "", *(f"- {note}" for note in notes), ""]
+    return lines
 
 
 def parse(text: str) -> tuple[dict[str, dict[str, str]], dict[str, str]]:

@@ -9,7 +9,7 @@ from mpcommit.operations import probes
 from mpcommit.operations.probes import BEHAVIOURS, PROBE_FOLDER, Finding, Status, probe_base, run_probes
 from mpcommit.store.s3 import S3Store
 from tests.support.cli import assert_clean_error, cli
-from tests.stores.matrix import COLUMNS, DOC, cell, parse, server_versions
+from tests.stores.matrix import COLUMNS, DOC, cell, found_by_tests, parse, server_versions
 from tests.support.checks import all_keys, pending_uploads
 
 TITLES = {b.id: b.title for b in BEHAVIOURS}
@@ -51,6 +51,11 @@ def test_doctor_finds_what_the_matrix_says_and_leaves_nothing(backend, bucket):
     ages = features["age-based cleanup (--older-than)"]
     assert ages["safe"] is (initiated["status"] == "as S3")
     assert ages["safe"] or "--job" in ages["advice"]
+
+
+def test_the_page_ends_with_what_other_tests_found():
+    """The page's last section is written from FOUND_BY_TESTS, as `make stores-doc` writes it."""
+    assert DOC.read_text().endswith("\n".join(found_by_tests()).rstrip() + "\n")
 
 
 def test_doctor_prints_the_row_and_the_features_for_people(versitygw_backend):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator
 
-from ...errors import ManifestError
+from ...errors import ManifestError, NoSuchKeyError
 from ...store.s3 import S3Store, UploadInfo
 from .. import faults
 from ..layout import Destination, JobPaths, job_id_of_key
@@ -54,7 +54,8 @@ class JobCleanup:
                     continue
                 try:
                     manifest = self.manifests.read(obj.key)
-                except ManifestError as exc:
+                except (ManifestError, NoSuchKeyError) as exc:
+                    # NoSuchKey: gone, another rollback or cleanup of the job removed it meanwhile.
                     log.warning("skipping unreadable %s %s: %s", "loser manifest" if skip else "manifest", obj.key, exc)
                     continue
                 yield from (u for u in manifest.uploads if u.upload_id not in keep)

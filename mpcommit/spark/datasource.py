@@ -1,0 +1,119 @@
+"""mpcommit as a PySpark data source (PySpark 4's Python Data Source API): ``df.write.format("mpcommit")``, SQL
+``INSERT`` into a view ``USING mpcommit``, and ``df.writeStream.format("mpcommit")`` (:mod:`.streaming`).
+
+Spark finds it by itself in any installed top-level module named ``pyspark_*`` that defines ``DefaultSource``
+(``pyspark_mpcommit``, installed with mpcommit: PySpark's classes, over this module and :mod:`.streaming`, which
+import no pyspark, as every module of the package), or after :func:`register`. Its options are described in
+:mod:`.source_options`.
+
+How Spark runs a Python data source's batch write, and what mpcommit does at each step -- the same steps as
+``write()`` and ``writer(df)`` (:mod:`.plan`):
+
+1. ``writer(schema, overwrite)``, in a Python process of its own on the driver: the options are read and checked
+   against the data's schema, and the job is created (``Job.create``). Everything refused is refused here, before
+   any task runs, with nothing written. The writer, holding the job's spec, is then pickled by Spark.
+2. ``write(batches)``, once per Spark task on the executors: Arrow batches in, the task body of every door
+   (:func:`~mpcommit.spark.tasks.run_task`); its ``TaskResult`` goes back as the commit message.
+3. ``commit(messages)`` when every task succeeded, in another Python process on the driver: the job is resumed
+   from the pickled writer and committed (the file for no rows, the commit-time merge on this process's threads,
+   the catalog registration). ``abort(messages)`` otherwise: nothing stays visible or pending.
+
+Spark refuses by itself, before mpcommit sees the write, three things a Python data source cannot be asked for
+(UNSUPPORTED_DATA_SOURCE_SAVE_MODE, "partitioning ... do not match"): ``.mode("errorifexists")`` -- PySpark's default
+mode -- and ``.mode("ignore")``, for which write ``.mode("append").option("saveMode", "errorifexists")`` (or
+``"ignore"``); and ``.partitionBy("dt")``, for which write ``.option("partitionBy", "dt")``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import pyarrow as pa
+
+from ..errors import UsageError
+from ..protocol.records.manifest import TaskResult
+from .plan import WriteHandle, arrow_schema_of, plan_write
+from .session import Recorder, SessionSettings
+from .source_options import parse
+from .tasks import run_task
+
+log = logging.getLogger(__name__)
+
+#: The name of the data source: ``df.write.format("mpcommit")``, ``USING mpcommit``.
+NAME = "mpcommit"
+
+#: Why the data source has no schema and no reader.
+NO_SCHEMA = ("mpcommit only writes, so it cannot tell a table's columns: declare them (CREATE TEMPORARY VIEW t "
+             "(id BIGINT, dt STRING) USING mpcommit OPTIONS (...)), and read the table with Spark's reader for its "
+             "format, e.g. spark.read.parquet('s3a://bucket/table').")
+NO_READER = ("mpcommit only writes: read the table with Spark's reader for its format, e.g. "
+             "spark.read.parquet('s3a://bucket/table') (mpcommit's tables are plain Hive-style folders)")
+
+
+class Message(Protocol):
+    """A task's commit message (``pyspark_mpcommit.TaskMessage``, a ``WriterCommitMessage``)."""
+
+    result: bytes | None
+    job_id: str
+    query_id: str | None
+
+
+@dataclass(frozen=True)
+class TaskOutcome:
+    """What one task hands the driver: its serialized TaskResult (None when mode ``ignore`` met data), and for a
+    stream's micro-batch the query it wrote for. Spark carries it as a ``WriterCommitMessage``."""
+
+    result: bytes | None
+    job_id: str
+    query_id: str | None = None
+
+
+def register(spark: Any) -> None:
+    """Register the data source in ``spark`` (a classic or Spark Connect session), for when it is not found by
+    itself (mpcommit installed in a way that Python's module listing does not show, e.g. an editable install)."""
+    from pyspark_mpcommit import DefaultSource
+
+    spark.dataSource.register(DefaultSource)
+
+
+class BatchWrite:
+    """One batch write: planned and started where Spark creates its writer, committed where Spark commits it.
+    (``pyspark_mpcommit.BatchWriter`` is this as PySpark's ``DataSourceArrowWriter``.)"""
+
+    def __init__(self, options: dict[str, str], schema: Any, overwrite: bool):
+        session = Recorder(SessionSettings.unseen())
+        source = parse(options, overwrite=overwrite, session=session, columns=list(schema.fieldNames()))
+        planned = plan_write(source.request, arrow_schema_of(schema, session.settings), session)
+        started = planned.start(default_catalog="glue")
+        self.handle: WriteHandle = started.handle()
+        self.ignored = started.ignored
+
+    def write_task(self, batches: Iterator[pa.RecordBatch]) -> TaskOutcome:
+        if self.ignored:  # mode ignore met existing data: nothing to write
+            return TaskOutcome(None, self.handle.spec.job_id)
+        result = run_task(self.handle.task_plan, batches)
+        return TaskOutcome(result.to_bytes(), self.handle.spec.job_id)
+
+    def commit(self, messages: Sequence[Message | None]) -> None:
+        started = self.handle.resume()
+        report = started.finish(results_of(messages, self.handle))
+        log.info("%s", report)
+
+    def abort(self, messages: Sequence[Message | None]) -> None:
+        self.handle.resume(heartbeat=False).abort()
+
+
+def results_of(messages: Sequence[Message | None], handle: WriteHandle) -> list[TaskResult]:
+    """The tasks' results, each checked to belong to the job (I7)."""
+    spec = handle.spec
+    out = []
+    for m in messages:
+        if m is None or getattr(m, "result", None) is None:
+            continue
+        if getattr(m, "job_id", None) != spec.job_id:
+            raise UsageError(f"a task's commit message is not mpcommit's for job {spec.job_id}: {m!r}")
+        out.append(TaskResult.from_bytes(m.result, destination=spec.destination, job_id=spec.job_id))
+    return out

@@ -1,0 +1,140 @@
+"""The ``mpcommit`` streaming sink in real Spark on moto: ``df.writeStream.format("mpcommit")`` with a checkpoint, each
+micro-batch one job; a micro-batch that Spark replays after a restart (its commit log lost between mpcommit's data
+commit and Spark's own, or between the data commit and the sink's progress record) is recognised and not written
+twice; a micro-batch whose task failed leaves nothing visible or pending; a query restarted on another table is
+refused by name.
+
+The source is Spark's file source over local JSON files, one file per micro-batch (``maxFilesPerTrigger``), run
+with ``trigger(availableNow=True)`` so that each run ends by itself. A "crash" is what it leaves behind: Spark's
+commit log entry for the last micro-batch removed (Spark then replays that micro-batch from its offset log on the
+next start), and for the second kind the sink's progress record put back as it was before the data commit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mpcommit.spark.streaming import Pending, StreamProgress
+from tests.support.spark_tables import JOB_ID, SPARK_MARKS, assert_clean, data_keys
+from tests.spark.test_datasource import ids, s3, source  # noqa: F401 - source: the fixture
+from tests.support.checks import all_keys, list_objects, pending_uploads, read_object
+
+pytestmark = SPARK_MARKS
+
+SCHEMA = "id long, dt string"
+
+
+def add_file(folder: Path, n: int, rows: range) -> None:
+    """Input file ``n`` (older files first, as the file source takes them)."""
+    path = folder / f"part-{n:03d}.json"
+    path.write_text("".join(json.dumps({"id": i, "dt": f"d{i % 2}"}) + "\n" for i in rows))
+    os.utime(path, (1_700_000_000 + n, 1_700_000_000 + n))
+
+
+def run(spark: Any, backend: Any, folder: Path, checkpoint: Path, uri: str, *, poison: int | None = None) -> Any:
+    """One run of the query until the input is used up; the query (``exception()`` tells how it ended)."""
+    df = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(str(folder))
+    if poison is not None:
+        df = df.selectExpr(f"CASE WHEN id = {poison} THEN raise_error('poisoned row') ELSE id END AS id", "dt")
+    query = (df.writeStream.format("mpcommit").options(**s3(backend)).option("partitionBy", "dt")
+             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start(uri))
+    try:
+        query.awaitTermination(120)
+    except Exception:  # noqa: BLE001 - the test looks at query.exception()
+        pass
+    return query
+
+
+def progress(backend: Any, bucket: str) -> tuple[str, dict]:
+    """The sink's one progress record under the table: (key, record)."""
+    keys = [o["Key"] for o in list_objects(backend.client, bucket, "t/_mpcommit/streams/")]
+    assert len(keys) == 1, keys
+    return keys[0], json.loads(read_object(backend.client, bucket, keys[0]))
+
+
+def jobs_of(backend: Any, bucket: str) -> set[str]:
+    """The jobs whose files are visible (every data file's name carries its job's id)."""
+    return {JOB_ID.search(k.rsplit("/", 1)[-1]).group(0) for k in data_keys(backend.client, bucket, "t")}
+
+
+def replayed(query: Any, checkpoint: Path, batch: int) -> bool:
+    """Whether this run of the query ran micro-batch ``batch`` again and Spark logged its commit."""
+    return (checkpoint / "commits" / str(batch)).exists() and any(
+        p["batchId"] == batch and p["numInputRows"] > 0 for p in query.recentProgress)
+
+
+def lose_commit_log(checkpoint: Path, batch: int) -> None:
+    """What a driver killed after mpcommit's commit and before Spark's commit log leaves: no commits/BATCH."""
+    for name in (str(batch), f".{batch}.crc"):
+        (checkpoint / "commits" / name).unlink(missing_ok=True)
+    assert not (checkpoint / "commits" / str(batch)).exists()
+
+
+@pytest.mark.parametrize("server", ["moto", pytest.param("localstack", marks=pytest.mark.localstack)])
+def test_each_micro_batch_is_committed_exactly_once_across_replays(source, server, request, tmp_path) -> None:  # noqa: ANN001, F811
+    # The sink's record is rewritten with conditional writes, and replays list the table's job records: on moto
+    # and on LocalStack's S3.
+    be = request.getfixturevalue(f"{server}_backend")
+    bucket = be.new_bucket()
+    uri, folder, checkpoint = f"s3://{bucket}/t", tmp_path / "in", tmp_path / "checkpoint"
+    folder.mkdir()
+    add_file(folder, 0, range(0, 10))
+    add_file(folder, 1, range(10, 20))
+
+    q = run(source, be, folder, checkpoint, uri)
+    assert q.exception() is None, q.exception()
+    assert ids(be, bucket, "t") == list(range(20))
+    key, after_1 = progress(be, bucket)
+    assert (after_1["lastBatchId"], after_1["pending"]) == (1, None)
+    assert after_1["queryId"] == json.loads((checkpoint / "metadata").read_text())["id"]
+    # Each micro-batch was one job: its id, carried by every file name, differs between the two.
+    assert len(jobs_of(be, bucket)) == 2
+
+    # 1. Killed after the data commit and the sink's record, before Spark's commit log: Spark replays batch 1.
+    lose_commit_log(checkpoint, 1)
+    add_file(folder, 2, range(20, 30))
+    q = run(source, be, folder, checkpoint, uri)
+    assert q.exception() is None, q.exception()
+    assert replayed(q, checkpoint, 1)
+    assert ids(be, bucket, "t") == list(range(30)), "batch 1 replayed, not written twice; batch 2 written"
+    _, after_2 = progress(be, bucket)
+    assert after_2["lastBatchId"] == 2 and after_2["lastJobId"] != after_1["lastJobId"]
+    assert len(jobs_of(be, bucket)) == 3, "the replayed attempt of batch 1 left no file"
+    assert_clean(be.client, bucket, "t")
+
+    # 2. Killed after the data commit, before the sink's record: the record still names batch 2 as pending, and
+    # only the table's commit order tells that it committed.
+    forged = replace(StreamProgress.from_bytes(json.dumps(after_1).encode(), where=key, query_id=after_1["queryId"]),
+                     pending=Pending(2, after_2["lastJobId"], after_1["lastPosition"]))
+    be.client.put_object(Bucket=bucket, Key=key, Body=forged.to_bytes())
+    lose_commit_log(checkpoint, 2)
+    add_file(folder, 3, range(30, 40))
+    q = run(source, be, folder, checkpoint, uri)
+    assert q.exception() is None, q.exception()
+    assert replayed(q, checkpoint, 2)
+    assert ids(be, bucket, "t") == list(range(40)), "batch 2 replayed, found in the commit order, not written twice"
+    _, after_3 = progress(be, bucket)
+    assert (after_3["lastBatchId"], after_3["pending"]) == (3, None)
+    assert len(jobs_of(be, bucket)) == 4, "the replayed attempt of batch 2 left no file"
+    assert_clean(be.client, bucket, "t")
+
+    # 3. A micro-batch whose task fails: rolled back, nothing of it visible or pending; the record unchanged.
+    before = all_keys(be.client, bucket)
+    add_file(folder, 4, range(40, 50))
+    q = run(source, be, folder, checkpoint, uri, poison=45)
+    assert q.exception() is not None and "poisoned row" in str(q.exception())
+    assert all_keys(be.client, bucket) == before
+    assert pending_uploads(be.client, bucket) == []
+    assert progress(be, bucket)[1]["lastBatchId"] == 3
+
+    # 4. The same checkpoint on another table: refused by name, nothing left there.
+    q = run(source, be, folder, checkpoint, f"s3://{bucket}/elsewhere")
+    assert q.exception() is not None and "holds no record of it" in str(q.exception())
+    assert all_keys(be.client, bucket, "elsewhere/") == set() and pending_uploads(be.client, bucket) == []
+    assert ids(be, bucket, "t") == list(range(40))
