@@ -559,7 +559,8 @@ def child(args: argparse.Namespace) -> int:
     mp_settings = {"commit_threads": DEFAULT_COMMIT_THREADS, "max_pool_connections": S3Options().max_pool_connections,
                    "part_size": mp_writer.initial_part_size, "max_parts_in_flight": mp_writer.max_parts_in_flight,
                    "upload_threads": mp_writer.upload_threads,
-                   "complete_path": os.environ.get("MPCOMMIT_LEAN_COMPLETE", "1 (the AWS CRT when it imports)")}
+                   "complete_transport": S3Options().complete_transport.value,
+                   "max_completes_in_flight": S3Options().max_completes_in_flight}
 
     def dataframe(n_rows: int, values: int) -> Any:
         df = spark.range(0, n_rows, numPartitions=args.tasks)

@@ -331,38 +331,60 @@ def render_peer_settings(sessions: Sessions, runs: Sequence[Run]) -> list[str]:
     return ["", *md_table(["setting in effect"] + [PEER_LABELS[v] for v in variants], rows, "l" + "l" * len(variants))]
 
 
-COMMIT_LABELS = {"commit": "`Job.commit` (CRT completes)", "bare-crt": "bare loop on the same CRT client (the floor)",
+COMMIT_LABELS = {"commit": "`Job.commit` (CRT completes, adaptive window)",
+                 "bare-crt": "bare loop on the same transport and window (the floor)",
                  "bare": "bare boto3 loop (not a floor)", "commit-botocore": "`Job.commit`, botocore lean path",
                  "commit-boto3": "`Job.commit`, every request through boto3"}
+#: The network of the commit-at-scale runs without the proxy: straight to the stub.
+COMMIT_NETWORK_LABELS = {**NETWORK_LABELS, "raw": "straight to the stub (no proxy, no added latency)"}
+
+
+def _commit_label(v: str, sessions: Sessions, rs: Sequence[Run]) -> str:
+    """A variant's label; ``commit@NAME`` names the checkout it ran (its commit, from the session's ``trees``)."""
+    if "@" not in v:
+        return COMMIT_LABELS.get(v, v)
+    name = v.split("@", 1)[1]
+    trees = [sessions.get(r["session"], {}).get("trees", {}).get(name, {}) for r in rs if r["variant"] == v]
+    commits = _distinct(t.get("commit") for t in trees)
+    return f"`Job.commit` at `{name}` ({commits})"
 
 
 def render_commit_scale(sessions: Sessions, runs: Sequence[Run]) -> list[str]:
-    runs = _with_network(sessions, runs)
+    """Per size and network, and per plan (the variants a session ran together): each variant against the plan's
+    reference -- the floor (``bare-crt``), or else the code it is compared with (a ``commit@NAME``)."""
+    runs = [{**r, "plan": " ".join(sorted({x["variant"] for x in runs if x.get("session") == r.get("session")}))}
+            for r in _with_network(sessions, runs)]
     out: list[str] = []
-    for (network, files), rs in sorted(_group(runs, "network", "files").items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
+    groups = sorted(_group(runs, "network", "files", "plan").items(), key=lambda kv: (str(kv[0][0]), kv[0][1], kv[0][2]))
+    for (network, files, _plan), rs in groups:
         variants = list(dict.fromkeys(r["variant"] for r in rs))
-        floor = "bare-crt" if "bare-crt" in variants else None
+        before = [v for v in variants if "@" in v]
+        base = "bare-crt" if "bare-crt" in variants else (before[-1] if before else None)
+        vs = "floor" if base == "bare-crt" else f"`{base}`" if base else "floor"
         threads = _distinct(sessions.get(r["session"], {}).get("threads") for r in rs)
-        out += ["", f"**{files:,} files, {NETWORK_LABELS.get(network, network)}, {threads} threads**", ""]
+        out += ["", f"**{files:,} files, {COMMIT_NETWORK_LABELS.get(network, network)}, {threads} threads"
+                + (f": against {vs}" if base and base != "bare-crt" else "") + "**", ""]
         rows = []
         rs_ok = [r for r in rs if r.get("outcome", "ok") == "ok"]  # a failed run pairs with nothing
         for v in variants:
             vr = [r for r in rs if r["variant"] == v]
             ok = [r for r in vr if r.get("outcome", "ok") == "ok"]
             rows.append([
-                COMMIT_LABELS.get(v, v), f"{len(vr)}" + (f" ({len(vr) - len(ok)} failed)" if len(ok) < len(vr) else ""),
+                _commit_label(v, sessions, rs), f"{len(vr)}" + (f" ({len(vr) - len(ok)} failed)" if len(ok) < len(vr) else ""),
                 fmt_figure(Summary.of(r["wall_s"] for r in ok)),
                 _num(median(r.get("completes_per_s") for r in ok), 0),
                 fmt_figure(Summary.of(r["cpu_ms_per_file"] for r in ok), lambda x: "–" if x is None else f"{x:.3f}"),
-                fmt_ratio(paired_ratio(rs_ok, v, floor, lambda r: r["cpu_s"])) if floor and v != floor else "–",
-                fmt_ratio(paired_ratio(rs_ok, v, floor, lambda r: r["wall_s"])) if floor and v != floor else "–",
+                fmt_ratio(paired_ratio(rs_ok, v, base, lambda r: r["cpu_s"])) if base and v != base else "–",
+                fmt_ratio(paired_ratio(rs_ok, v, base, lambda r: r["wall_s"])) if base and v != base else "–",
+                _num(median(r.get("window_peak") for r in vr), 0),
+                _num(median(r.get("max_in_flight") for r in vr), 0),
                 _num(median(r.get("slowdowns") for r in vr), 0), _num(median(r.get("retries") for r in vr), 0),
                 _num(median(_ms_per(r.get("proxy_cpu_s"), files) for r in vr), 3),
                 _num(median(_ms_per(r.get("stub_cpu_s"), files) for r in vr), 3),
             ])
         out += md_table(["variant", "runs", "wall (median)", "completes/s through the driver", "client CPU ms/file",
-                         "÷ floor, CPU", "÷ floor, wall", "503s (median)", "retries (median)", "proxy CPU ms/file",
-                         "stub CPU ms/file"], rows)
+                         f"÷ {vs}, CPU", f"÷ {vs}, wall", "window peak", "most in flight (proxy)", "503s (median)",
+                         "retries (median)", "proxy CPU ms/file", "stub CPU ms/file"], rows)
         failed = [r for r in rs if r.get("outcome", "ok") != "ok"]
         for r in failed[:3]:
             out.append(f"\n- {r['variant']}, round {r.get('pair')}: {r['outcome']}")
@@ -385,13 +407,46 @@ def render_commit_rate(sessions: Sessions, runs: Sequence[Run]) -> list[str]:
         ok = [r for r in rs if r.get("outcome", "ok") == "ok"]
         rate = median(r.get("completes_per_s") for r in ok)
         rows.append([network, f"{files:,}", _distinct(sessions.get(r["session"], {}).get("threads") for r in rs),
-                     len(rs), len(rs) - len(ok), _num(rate, 0),
-                     fmt_seconds(median(r["wall_s"] for r in ok)), _num(median(r["cpu_ms_per_file"] for r in ok), 3),
+                     len(rs), len(rs) - len(ok), fmt_figure(Summary.of(r.get("completes_per_s") for r in ok),
+                                                            lambda x: "–" if x is None else f"{x:,.0f}"),
+                     fmt_figure(Summary.of(r["wall_s"] for r in ok)),
+                     fmt_figure(Summary.of(r["cpu_ms_per_file"] for r in ok), lambda x: "–" if x is None else f"{x:.3f}"),
+                     _num(median(r.get("window_peak") for r in rs), 0),
                      _num(median(r.get("slowdowns") for r in rs), 0), _num(median(r.get("retries") for r in rs), 0),
                      _rate_verdict(files, rate, median(r["cpu_ms_per_file"] for r in ok), len(ok) < len(rs))])
-    return ["", *md_table(["network", "files", "threads", "runs", "failed", "completes/s (median)", "final time", "client CPU ms/file",
-                           "503s", "retries", "target: >= 3,000/s, <= 0.35 ms/file, no failure"], rows),
+    return ["", *md_table(["network", "files", "commit threads (the window's start)", "runs", "failed",
+                           "completes/s (median)", "final time", "client CPU ms/file", "window peak", "503s",
+                           "retries", "target: >= 3,000/s, <= 0.35 ms/file, no failure"], rows),
             "", sessions_line(sessions, runs)]
+
+
+def render_commit_local(sessions: Sessions, runs: Sequence[Run]) -> list[str]:
+    """The commit against LocalStack or moto with real uploads: the adaptive window where the server is the limit,
+    against the code before it (pairs of one session and round)."""
+    if not runs:
+        return ["", "_No records yet: `python -m bench.bench_commit_scale local --server localstack ...`._"]
+    out: list[str] = []
+    for (server, files), rs in sorted(_group([{**r, "server": sessions.get(r["session"], {}).get("server")}
+                                              for r in runs], "server", "files").items(), key=lambda kv: str(kv[0])):
+        variants = list(dict.fromkeys(r["variant"] for r in rs))
+        base = next((v for v in variants if "@" in v), None)
+        ok = [r for r in rs if r.get("outcome", "ok") == "ok"]
+        rows = []
+        for v in variants:
+            vr = [r for r in rs if r["variant"] == v]
+            vok = [r for r in vr if r.get("outcome", "ok") == "ok"]
+            rows.append([_commit_label(v, sessions, rs), f"{len(vr)}" + (f" ({len(vr) - len(vok)} failed)" if len(vok) < len(vr) else ""),
+                         fmt_figure(Summary.of(r["wall_s"] for r in vok)),
+                         fmt_figure(Summary.of(r.get("completes_per_s") for r in vok), lambda x: "–" if x is None else f"{x:,.0f}"),
+                         fmt_ratio(paired_ratio(ok, v, base, lambda r: r["wall_s"])) if base and v != base else "–",
+                         _num(median(r["cpu_ms_per_file"] for r in vok), 3),
+                         _num(median(_ms_per(r.get("server_cpu_s"), files) for r in vok), 3),
+                         _num(median(r.get("window_peak") for r in vr), 0), _num(median(r.get("window_final") for r in vr), 0)])
+        out += ["", f"**{files:,} files on {server}, real uploads**", ""]
+        out += md_table(["variant", "runs", "wall (median)", "completes/s (median)", f"÷ `{base}`, wall" if base else "÷",
+                         "client CPU ms/file", "server CPU ms/file", "window peak", "window at the end"], rows)
+        out += ["", sessions_line(sessions, rs)]
+    return out
 
 
 def _rate_verdict(files: int, rate: float | None, cpu: float | None, any_failed: bool) -> str:
@@ -553,6 +608,7 @@ TABLES: tuple[Table, ...] = (
     Table("peer-settings", "peers", render_peer_settings),
     Table("commit-scale", "commit_scale", render_commit_scale),
     Table("commit-rate", "commit_scale", render_commit_rate),
+    Table("commit-local", "commit_local", render_commit_local),
     Table("driver-memory", "driver_memory", render_driver_memory),
     Table("compaction", "compaction", render_compaction),
     Table("task-scale", "task_scale", render_task_scale),

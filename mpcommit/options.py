@@ -5,6 +5,7 @@ A setting that cannot work raises UsageError, which is a ValueError too."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 
 from .errors import UsageError
 from .sizing import MAX_PART_SIZE, MIN_PART_SIZE, MiB
@@ -24,6 +25,21 @@ class RetryPolicy:
             raise UsageError(f"RetryPolicy.max_attempts must be at least 1, got {self.max_attempts}")
         if self.initial_delay < 0 or self.max_delay < self.initial_delay:
             raise UsageError("RetryPolicy needs 0 <= initial_delay <= max_delay")
+
+
+class CompleteTransport(str, Enum):
+    """How CompleteMultipartUpload, the job commit's one request per file, is sent (mpcommit.store.transport).
+
+    ``crt``: built by mpcommit, signed by the AWS Common Runtime's SigV4 signer and sent on its asynchronous HTTP
+    connections -- many completes in flight from one thread, a fraction of boto3's client CPU. ``boto3``: through
+    boto3 like every other request. ``auto`` (the default): the CRT wherever it is equivalent to boto3 -- awscrt
+    imports, the store made its own client (so it knows the credentials) and no HTTP proxy is configured -- else
+    boto3. ``crt`` where it cannot be used is a UsageError naming why.
+    """
+
+    AUTO = "auto"
+    CRT = "crt"
+    BOTO3 = "boto3"
 
 
 @dataclass(frozen=True)
@@ -49,13 +65,36 @@ class S3Options:
     # Server-side encryption, passed on every request that accepts it.
     sse: str | None = None  # "AES256" (SSE-S3) or "aws:kms" (SSE-KMS)
     sse_kms_key_id: str | None = None
+    #: SSE-C: a 256-bit key of the caller's (32 bytes) that S3 encrypts every object mpcommit writes with, sent
+    #: (with its MD5) on every request that writes or reads an object or its parts -- so every object of the table
+    #: must be encrypted with it. S3 accepts it only over HTTPS.
+    sse_customer_key: bytes | None = field(default=None, repr=False)
     expected_bucket_owner: str | None = None
     #: Whether the store honours conditional writes (PutObject If-None-Match / If-Match): None asks it once per
     #: bucket (mpcommit.store.conditional); True or False states it, e.g. for a store that forbids the probe's
     #: hidden writes. Without them, concurrent destructive jobs on one table are refused, never raced.
     conditional_writes: bool | None = None
+    #: How the job commit's completes are sent: :class:`CompleteTransport` (or its value, "auto", "crt", "boto3").
+    complete_transport: CompleteTransport = CompleteTransport.AUTO
+    #: The most completes a commit keeps in flight on the CRT transport (each on a connection of its own): the
+    #: ceiling of the commit's adaptive window, which starts at the commit's threads and grows only while the
+    #: store answers as fast as it did with fewer (mpcommit.pool.Window) -- a local server that slows down under
+    #: load keeps it low. With boto3 the commit's threads bound it.
+    max_completes_in_flight: int = 512
 
     def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "complete_transport", CompleteTransport(self.complete_transport))
+        except ValueError:
+            raise UsageError(f"S3Options.complete_transport must be one of "
+                             f"{', '.join(t.value for t in CompleteTransport)}, got {self.complete_transport!r}") from None
+        if self.max_completes_in_flight < 1:
+            raise UsageError("S3Options.max_completes_in_flight must be at least 1")
+        if self.sse_customer_key is not None:
+            if not isinstance(self.sse_customer_key, bytes) or len(self.sse_customer_key) != 32:
+                raise UsageError("S3Options.sse_customer_key must be 32 bytes (an AES-256 key)")
+            if self.sse:
+                raise UsageError("S3Options: sse (SSE-S3/KMS) and sse_customer_key (SSE-C) exclude each other")
         if self.sse not in (None, "AES256", "aws:kms"):
             raise UsageError(f"S3Options.sse must be None, 'AES256' or 'aws:kms', got {self.sse!r}")
         if self.sse_kms_key_id and self.sse != "aws:kms":

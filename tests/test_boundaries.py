@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,11 +24,11 @@ LAYERS: dict[str, int] = {
 
 #: Third-party libraries and the only parts of mpcommit that may import them.
 ONLY_IN: dict[str, tuple[str, ...]] = {
-    "boto3": ("store",),           # the one AWS boundary (store/session.py makes every client, Glue's too)
-    "botocore": ("store",),
-    "awscrt": ("store",),
+    "boto3": ("store.session",),   # the one AWS boundary: store/session.py makes every client, Glue's too
+    "botocore": ("store",),        # its exceptions, model and endpoint rules, which the store's requests speak
+    "awscrt": ("store.crt_transport",),  # the CRT transport of CompleteMultipartUpload, and nothing else
     "urllib3": ("store",),
-    "tenacity": ("store.retry",),  # the one retry boundary
+    "tenacity": (),                # no longer used: the retry policy is store/retry.py's own (Attempts)
     "pyspark": ("spark", "catalog", "demo"),  # the Spark binding, the Spark session catalog, and the demo job
     "click": ("cli",),
     "moto": ("demo",),
@@ -85,6 +86,16 @@ def test_third_party_libraries_stay_behind_their_boundary(library: str) -> None:
                for target, line in imports(name, path)
                if target.split(".")[0] == library and not any(name == a or name.startswith(a + ".") for a in allowed)]
     assert not outside, f"{library} imported outside {allowed}: {outside}"
+
+
+def test_libraries_allowed_nowhere_are_not_dependencies() -> None:
+    """A library no module may import (tenacity) is not installed with mpcommit either."""
+    import tomllib
+
+    project = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["project"]
+    names = {re.split(r"[<>=!~\[; ]", spec, maxsplit=1)[0].lower() for spec in project["dependencies"]}
+    unused = sorted(lib for lib, allowed in ONLY_IN.items() if not allowed and lib in names)
+    assert not unused, f"dependencies no module may import: {unused}"
 
 
 def test_the_boundary_checks_can_fail(tmp_path: Path) -> None:

@@ -132,11 +132,28 @@ def test_the_commit_scale_tables_count_failures_and_judge_the_rate(tmp_path):
                       "slowdowns": 100, "retries": 100, "proxy_cpu_s": 12.0, "stub_cpu_s": 4.0})
     sessions, runs = records.load([_write(tmp_path / "commit_scale.jsonl", lines)])
     text = "\n".join(render_commit_scale(sessions, runs))
-    commit = next(line for line in text.splitlines() if line.startswith("| `Job.commit` (CRT completes) |"))
+    commit = next(line for line in text.splitlines() if line.startswith("| `Job.commit` (CRT completes, adaptive window) |"))
     assert "| 3 (1 failed) |" in commit and "1.25x (range 1.25-1.25, n=2)" in commit  # CPU vs the floor, ok runs only
     assert "failed: CommitStateUnknownError" in text
     rate = "\n".join(render_commit_rate(sessions, runs))
-    assert "| s3 | 100,000 | 32 | 3 | 1 | 2,602 |" in rate and "**missed**" in rate  # below 3,000/s, and a failure
+    assert "| s3 | 100,000 | 32 | 3 | 1 | 2,602 (range 2,601-2,602) |" in rate and "**missed**" in rate  # < 3,000/s, a failure
+
+
+def test_the_commit_is_compared_with_the_code_before_it_pair_by_pair(tmp_path):
+    lines = [{**_session("c2", threads=32), "network": "raw", "profile": None,
+              "trees": {"main": {"path": "/x", "commit": "959fa8e123"}}}]
+    for pair in range(3):
+        lines.append({"kind": "run", "session": "c2", "variant": "commit", "files": 10000, "pair": pair, "outcome": "ok",
+                      "wall_s": 2.0, "cpu_s": 1.5 + pair, "cpu_ms_per_file": 0.15, "completes_per_s": 5000.0})
+        lines.append({"kind": "run", "session": "c2", "variant": "commit@main", "files": 10000, "pair": pair,
+                      "outcome": "ok", "wall_s": 2.5, "cpu_s": 2.0 + pair, "cpu_ms_per_file": 0.2,
+                      "completes_per_s": 4000.0})
+    sessions, runs = records.load([_write(tmp_path / "commit_scale.jsonl", lines)])
+    text = "\n".join(render_commit_scale(sessions, runs))
+    assert "against `commit@main`" in text
+    row = next(line for line in text.splitlines() if line.startswith("| `Job.commit` (CRT completes"))
+    assert "**0.80x** (95% CI" in row  # wall 2.0 / 2.5 in every pair
+    assert "| `Job.commit` at `main` (959fa8e123) | 3 |" in text
 
 
 def test_driver_memory_growth_is_judged_against_the_bound(tmp_path):

@@ -176,8 +176,7 @@ def _spark_runner(df: "DataFrame", job: Job) -> Runner | None:
 
 
 #: Modules whose absence in a task means the executors' Python is not set up for mpcommit (its own dependencies).
-_OWN_MODULES = {"mpcommit", "pyarrow", "pandas", "numpy", "boto3", "botocore", "s3transfer", "urllib3", "orjson",
-                "tenacity"}
+_OWN_MODULES = {"mpcommit", "pyarrow", "pandas", "numpy", "boto3", "botocore", "s3transfer", "urllib3", "orjson"}
 _NO_MODULE = re.compile(r"No module named '([A-Za-z0-9_.]+)'")
 
 

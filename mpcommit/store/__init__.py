@@ -1,4 +1,4 @@
-"""The store: the one module that talks to S3 (and the only one importing botocore and tenacity)."""
+"""The store: the one package that talks to S3 (the only one importing awscrt; botocore serves catalog/glue.py too)."""
 
 from .s3 import CompletedPart, ObjectInfo, S3Store, UploadInfo, store_for
 

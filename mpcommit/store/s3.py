@@ -1,8 +1,11 @@
 """The one S3 boundary: every request mpcommit makes goes through :class:`S3Store`.
 
 Each public method is one S3 operation (or a paginated listing), called through ``_call``, which adds the
-security parameters (SSE, ExpectedBucketOwner), retries transient failures and translates errors. The
-store also counts requests per operation, so that tests and benchmarks can assert request sequences.
+security parameters (:mod:`.security`: SSE, SSE-C, ExpectedBucketOwner), retries transient failures and
+translates errors. CompleteMultipartUpload goes through a transport of its own (:mod:`.transport`: the AWS CRT or
+boto3), with the same security parameters, retries and errors; the commit can also start completes without
+waiting for them (:meth:`S3Store.start_complete`). The store counts requests per operation, so that tests and
+benchmarks can assert request sequences.
 """
 
 from __future__ import annotations
@@ -27,29 +30,22 @@ from ..errors import (
     NoSuchKeyError,
     NoSuchUploadError,
     StoreError,
+    UsageError,
 )
-from ..options import S3Options
+from ..options import CompleteTransport, S3Options
 from .errors import translate
-from .crt_complete import CrtCompleter, crt_available
-from .lean import LeanCompleter, lean_available
 from .paging import PagedListings
 from .retry import call_with_retry
+from .security import RequestSecurity
 from .values import CompletedPart, ObjectInfo, UploadInfo, xml_safe  # noqa: F401 - the store's values, named here too
 from .session import s3_client
+from .transport import Boto3Completer, Completer, Done, crt_unusable, header_fields, listed_parts
 
 log = logging.getLogger(__name__)
 
-# Operations that accept server-side encryption parameters on the write path.
-_SSE_OPERATIONS = {"create_multipart_upload", "put_object", "copy_object"}
-# Operations that do not accept ExpectedBucketOwner.
-_NO_OWNER_CHECK = {"list_buckets", "create_bucket"}
-# Server-side copies also check the owner of the bucket they read from (ExpectedSourceBucketOwner).
-_COPY_OPERATIONS = {"copy_object", "upload_part_copy"}
 DELETE_BATCH = 1000  # DeleteObjects takes at most 1,000 keys
-#: How CompleteMultipartUpload is sent where the lean path may be used: "0" through boto3 like every other
-#: request; "botocore" signed by botocore and sent on urllib3 (mpcommit.store.lean); otherwise through the AWS
-#: CRT (mpcommit.store.crt_complete), or the botocore lean path when awscrt cannot be imported.
-LEAN_COMPLETE_ENV = "MPCOMMIT_LEAN_COMPLETE"
+#: Why the CRT transport was not used, logged once per process and reason (at debug: boto3 is a fine transport).
+_FALLBACKS_LOGGED: set[str] = set()
 
 
 class S3Store:
@@ -58,14 +54,19 @@ class S3Store:
     def __init__(self, options: S3Options, client: Any | None = None, *, unencoded_listing_client: Any | None = None):
         self.options = options
         #: The credentials of a client made here from ``options``; None for a client given by the caller, whose
-        #: requests then all go through it (the lean complete path needs to know what signs).
+        #: requests then all go through it (the CRT transport needs to know what signs).
         self._credentials: Any | None = None
         self._ca_bundle: str | None = None
         if client is None:
             client, self._credentials, self._ca_bundle = s3_client(options)
         self._client = client
-        self._lean: LeanCompleter | CrtCompleter | None = None
-        self._lean_checked = False
+        self._security = RequestSecurity(options, client)
+        if options.complete_transport is CompleteTransport.CRT:
+            why = crt_unusable(client, self._credentials)
+            if why is not None:
+                raise UsageError(f"S3Options.complete_transport='crt' cannot be used: {why}. Use 'auto' (the CRT "
+                                 "where it can be used, else boto3) or 'boto3'.")
+        self._completer: Completer | None = None
         self._counts: Counter[str] = Counter()
         self._count_lock = threading.Lock()
         self._lock = threading.Lock()
@@ -74,6 +75,19 @@ class S3Store:
         self._reached = False
         #: The store's clock minus this host's, once measured (server_time).
         self._clock_offset: float | None = None
+
+    def close(self) -> None:
+        """Close what the store opened beside its client: the CRT transport's connections and event loop."""
+        with self._lock:
+            completer, self._completer = self._completer, None
+        if completer is not None:
+            completer.close()
+
+    def __enter__(self) -> "S3Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @property
     def endpoint(self) -> str:
@@ -90,15 +104,7 @@ class S3Store:
 
     # ------------------------------------------------------------ the funnel
     def _call(self, operation: str, *, client: Any | None = None, bucket: str = "", key: str = "", **params: Any) -> Any:
-        opts = self.options
-        if operation in _SSE_OPERATIONS and opts.sse:
-            params["ServerSideEncryption"] = opts.sse
-            if opts.sse_kms_key_id:
-                params["SSEKMSKeyId"] = opts.sse_kms_key_id
-        if opts.expected_bucket_owner and operation not in _NO_OWNER_CHECK:
-            params["ExpectedBucketOwner"] = opts.expected_bucket_owner
-            if operation in _COPY_OPERATIONS:
-                params["ExpectedSourceBucketOwner"] = opts.expected_bucket_owner
+        params.update(self._security.parameters(operation))  # the same function the CRT transport's headers come from
         method: Callable[..., Any] = getattr(client or self._client, operation)
         if self._clock_offset is not None:
             return self._send(operation, lambda: method(**params), bucket=bucket, key=key)
@@ -121,7 +127,7 @@ class S3Store:
             pass
 
     def _send(self, operation: str, request: Callable[[], Any], *, bucket: str, key: str) -> Any:
-        """Count, translate errors and retry: what every request goes through, boto3's or the lean path's."""
+        """Count, translate errors and retry: what every request goes through, whatever its transport."""
 
         def attempt() -> Any:
             with self._count_lock:
@@ -186,42 +192,86 @@ class S3Store:
     def complete_multipart_upload(self, bucket: str, key: str, upload_id: str, parts: Sequence[CompletedPart], *,
                                   if_none_match: bool = False) -> str:
         """Complete an upload; ``if_none_match``: only if no object has the key yet (412 otherwise)."""
-        lean = None if if_none_match else self._lean_completer()
-        if lean is not None:
-            # The job commit's one request per file, without botocore's per-call machinery (same errors, retries).
-            return str(self._send("complete_multipart_upload", lambda: lean.complete(bucket, key, upload_id, parts),
-                                  bucket=bucket, key=key))
-        listed = []
-        for p in parts:
-            entry: dict[str, Any] = {"PartNumber": p.number, "ETag": p.etag}
-            if p.crc32:
-                entry["ChecksumCRC32"] = p.crc32
-            listed.append(entry)
-        extra: dict[str, Any] = {"IfNoneMatch": "*"} if if_none_match else {}
-        response = self._call(
-            "complete_multipart_upload", bucket=bucket, key=key,
-            Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": listed}, **extra,
-        )
-        return str(response.get("ETag", ""))
+        if if_none_match:
+            response = self._call(
+                "complete_multipart_upload", bucket=bucket, key=key, Bucket=bucket, Key=key, UploadId=upload_id,
+                MultipartUpload={"Parts": listed_parts(parts)}, IfNoneMatch="*")
+            return str(response.get("ETag", ""))
+        completer = self.completer(bucket)
+        return str(self._send("complete_multipart_upload", lambda: completer.complete(bucket, key, upload_id, parts),
+                              bucket=bucket, key=key))
 
-    def _lean_completer(self) -> LeanCompleter | CrtCompleter | None:
-        """The lean complete path when it is equivalent to the client's: the store made its client (credentials
-        known), no proxy is set, and MPCOMMIT_LEAN_COMPLETE is not "0". Through the AWS CRT
-        (:mod:`mpcommit.store.crt_complete`) when awscrt imports and MPCOMMIT_LEAN_COMPLETE is not "botocore",
-        else botocore's signer on urllib3 (:mod:`mpcommit.store.lean`)."""
-        if not self._lean_checked:
+    def start_complete(self, bucket: str, key: str, upload_id: str, parts: Sequence[CompletedPart], done: Done) -> bool:
+        """One attempt at completing an upload, not waited for: ``done(etag, None)`` or ``done(None, error)``
+        (a StoreError, as :meth:`complete_multipart_upload` would raise it after one attempt) is called once,
+        from another thread. Not retried: the caller retries (:class:`mpcommit.store.retry.Attempts`). False, and
+        nothing done, when the transport cannot complete without waiting (boto3): then complete on threads."""
+        completer = self.completer(bucket)
+        start = getattr(completer, "start", None)
+        if start is None:
+            return False
+        with self._count_lock:
+            self._counts["complete_multipart_upload"] += 1
+
+        def finished(etag: str | None, error: BaseException | None) -> None:
+            if error is None:
+                self._reached = True
+                done(etag, None)
+                return
+            if isinstance(error, ClientError):
+                self._reached = True
+            failure = translate(error, operation="complete_multipart_upload", bucket=bucket, key=key,
+                                endpoint=self.endpoint, reached=self._reached)
+            failure.__cause__ = error
+            done(None, failure)
+
+        try:
+            start(bucket, key, upload_id, parts, finished)
+        except Exception as exc:  # noqa: BLE001 - e.g. credentials that cannot be read: this attempt's failure
+            finished(None, exc)
+        return True
+
+    def completes_in_flight(self, bucket: str) -> int | None:
+        """How many completes :meth:`start_complete` may keep in flight (the CRT transport's connections); None
+        when it cannot start any (boto3: complete on threads)."""
+        completer = self.completer(bucket)
+        return completer.max_connections if hasattr(completer, "start") else None  # type: ignore[attr-defined]
+
+    def completer(self, bucket: str = "") -> Completer:
+        """The transport of CompleteMultipartUpload (:mod:`.transport`), made on first use. Directory buckets
+        (``--x-s3``, S3 Express One Zone) sign with session credentials the CRT transport does not make: boto3."""
+        if bucket.endswith("--x-s3"):
+            return Boto3Completer(self._client, self._security.parameters("complete_multipart_upload"))
+        if self._completer is None:
             with self._lock:
-                if not self._lean_checked:
-                    choice = os.environ.get(LEAN_COMPLETE_ENV, "1")
-                    if self._credentials is not None and choice != "0" and lean_available(self._client):
-                        opts = self.options
-                        completer = CrtCompleter if choice != "botocore" and crt_available() else LeanCompleter
-                        self._lean = completer(
-                            self._client, self._credentials, max_connections=opts.max_pool_connections,
-                            connect_timeout=opts.connect_timeout, read_timeout=opts.read_timeout,
-                            expected_bucket_owner=opts.expected_bucket_owner, ca_bundle=self._ca_bundle)
-                    self._lean_checked = True
-        return self._lean
+                if self._completer is None:
+                    self._completer = self._choose_completer()
+        return self._completer
+
+    def _choose_completer(self) -> Completer:
+        opts = self.options
+        security = self._security.parameters("complete_multipart_upload")
+        if opts.complete_transport is CompleteTransport.BOTO3:
+            return Boto3Completer(self._client, security)
+        why = crt_unusable(self._client, self._credentials)
+        headers: list[tuple[str, str]] = []
+        if why is None:
+            try:
+                headers = header_fields(self._security.operation_model("complete_multipart_upload"), security)
+            except ValueError as exc:
+                why = str(exc)
+        if why is not None:
+            if opts.complete_transport is CompleteTransport.CRT:
+                raise UsageError(f"S3Options.complete_transport='crt' cannot be used: {why}")
+            if why not in _FALLBACKS_LOGGED:
+                _FALLBACKS_LOGGED.add(why)
+                log.debug("CompleteMultipartUpload goes through boto3, not the AWS CRT: %s", why)
+            return Boto3Completer(self._client, security)
+        from .crt_transport import CrtCompleter
+
+        return CrtCompleter(self._client, self._credentials, security=security, headers=headers,
+                            max_connections=opts.max_completes_in_flight, connect_timeout=opts.connect_timeout,
+                            read_timeout=opts.read_timeout, ca_bundle=self._ca_bundle)
 
     def abort_multipart_upload(self, bucket: str, key: str, upload_id: str) -> bool:
         """Abort; False when the upload was no longer pending (another cleaner got there first)."""

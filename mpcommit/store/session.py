@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import boto3
+import botocore.session
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError
 
@@ -63,3 +64,8 @@ def glue_client(options: S3Options, *, endpoint_url: str | None = None, region: 
     missing region) for the caller to name."""
     config = Config(retries=NO_RETRIES, connect_timeout=options.connect_timeout, read_timeout=options.read_timeout)
     return aws_session(options, region=region).client("glue", endpoint_url=endpoint_url, config=config)
+
+
+def s3_service_model() -> Any:
+    """botocore's own model of S3, for a client that carries none (a stand-in client in tests)."""
+    return botocore.session.get_session().get_service_model("s3")

@@ -196,8 +196,8 @@ def test_overwrite_looks_at_the_old_data_while_completing_and_deletes_only_after
     events: list[tuple[str, float]] = []
     lock = threading.Lock()
     store = job.store
-    complete, list_objects, delete_objects = (store.complete_multipart_upload, store.list_objects,
-                                              store.delete_objects)
+    complete, start_complete, list_objects, delete_objects = (
+        store.complete_multipart_upload, store.start_complete, store.list_objects, store.delete_objects)
 
     def slow_complete(*args, **kwargs):
         time.sleep(0.3)
@@ -205,6 +205,16 @@ def test_overwrite_looks_at_the_old_data_while_completing_and_deletes_only_after
         with lock:
             events.append(("completed", time.monotonic()))
         return out
+
+    def slow_start(bucket_name, key, upload_id, parts, done):  # the CRT transport: started, answered later
+        def completed(etag, error):
+            with lock:
+                events.append(("completed", time.monotonic()))
+            done(etag, error)
+
+        timer = threading.Timer(0.3, start_complete, (bucket_name, key, upload_id, parts, completed))
+        timer.start()
+        return True
 
     def recording_list(bucket_name, prefix, *args, **kwargs):
         if prefix == "t/":
@@ -219,6 +229,7 @@ def test_overwrite_looks_at_the_old_data_while_completing_and_deletes_only_after
 
     # On the instance, through monkeypatch: stores are shared between jobs of the same options.
     monkeypatch.setattr(store, "complete_multipart_upload", slow_complete)
+    monkeypatch.setattr(store, "start_complete", slow_start)
     monkeypatch.setattr(store, "list_objects", recording_list)
     monkeypatch.setattr(store, "delete_objects", recording_delete)
     report = job.commit(refs)

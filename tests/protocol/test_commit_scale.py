@@ -1,5 +1,5 @@
-"""Regressions of the commit at scale (issue 12) that a unit can show: no retry controller per request, the
-lean complete path's request and its errors, manifests read ahead within bounds (never all held)."""
+"""Regressions of the commit at scale (issues 12 and 25) that a unit can show: no retry state per request, the CRT
+transport's request and its errors against the stub, manifests read ahead within bounds (never all held)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import subprocess
 import sys
 import threading
 import time
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,7 @@ from mpcommit.protocol.commit.manifests import ManifestReader
 from mpcommit.protocol.layout import Destination
 from mpcommit.protocol.records.manifest import Part, PendingUpload, TaskManifest
 from mpcommit.store import retry as retry_module
-from mpcommit.store.lean import complete_body
+from mpcommit.store.crt_transport import CrtCompleter
 from mpcommit.store.s3 import CompletedPart, S3Store
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,15 +27,15 @@ FAST = RetryPolicy(max_attempts=3, initial_delay=0.001, max_delay=0.002)
 
 
 # ---------------------------------------------------------------- retries
-def test_a_request_that_succeeds_sets_up_no_retry_controller(monkeypatch):
+def test_a_request_that_succeeds_sets_up_no_retry_state(monkeypatch):
     built = []
 
-    class Counting(retry_module.Retrying):  # type: ignore[misc]
+    class Counting(retry_module.Attempts):
         def __init__(self, *args, **kwargs):
             built.append(1)
             super().__init__(*args, **kwargs)
 
-    monkeypatch.setattr(retry_module, "Retrying", Counting)
+    monkeypatch.setattr(retry_module, "Attempts", Counting)
     for _ in range(100):
         assert retry_module.call_with_retry(lambda: 7, policy=FAST, describe="op") == 7
     assert built == []
@@ -64,17 +63,37 @@ def test_a_transient_failure_is_retried_counting_the_first_attempt(monkeypatch):
         retry_module.call_with_retry(down, policy=FAST, describe="op")
     assert len(calls) == 3  # max_attempts in all, the first one included
 
-
-# ---------------------------------------------------------------- the lean complete path
-def test_complete_body_lists_every_part_in_order_with_its_checksum():
-    parts = [CompletedPart(1, '"a&b"', "AAAAAA=="), CompletedPart(2, '"c"', None)]
-    root = ET.fromstring(complete_body(parts))
-    ns = "{http://s3.amazonaws.com/doc/2006-03-01/}"
-    found = [(p.find(f"{ns}PartNumber").text, p.find(f"{ns}ETag").text,
-              getattr(p.find(f"{ns}ChecksumCRC32"), "text", None)) for p in root]
-    assert found == [("1", '"a&b"', "AAAAAA=="), ("2", '"c"', None)]
+    calls.clear()
+    with retry_module.single_attempts(), pytest.raises(TransientStoreError):
+        retry_module.call_with_retry(down, policy=FAST, describe="op")
+    assert len(calls) == 1  # under an adaptive window: the window retries, not the request
 
 
+def test_the_retry_policy_bounds_attempts_and_time_and_backs_off_with_jitter(monkeypatch):
+    policy = RetryPolicy(max_attempts=4, initial_delay=0.1, max_delay=0.3, max_total_seconds=100)
+    failure = TransientStoreError("op failed: 503", operation="op", code="503")
+    attempts = retry_module.Attempts(policy)
+    delays = [attempts.after(failure) for _ in range(3)]
+    assert all(0 <= d <= bound for d, bound in zip(delays, (0.1, 0.2, 0.3)))
+    with pytest.raises(RetriesExhaustedError, match="after 4 attempts"):
+        attempts.after(failure)
+    # Refusals the window answers for are not counted, but still back off and still count against the time.
+    attempts = retry_module.Attempts(policy)
+    for _ in range(10):
+        attempts.after(failure, counted=False)
+    assert attempts.failures == 10
+    for _ in range(3):
+        attempts.after(failure)
+    with pytest.raises(RetriesExhaustedError, match="after 14 attempts"):
+        attempts.after(failure)
+    late = retry_module.Attempts(policy, started=0.0)  # long ago: out of time whatever the count
+    with pytest.raises(RetriesExhaustedError):
+        late.after(failure)
+    with pytest.raises(AccessDeniedError):  # not transient: raised as it is
+        retry_module.Attempts(policy).after(AccessDeniedError("op failed: 403", operation="op", code="403"))
+
+
+# ---------------------------------------------------------------- the CRT transport against the stub
 @pytest.fixture(scope="module")
 def stub():
     proc = subprocess.Popen([sys.executable, "-m", "bench.stub_s3", "--port", "0"], stdout=subprocess.PIPE, text=True,
@@ -91,9 +110,9 @@ def _options(endpoint: str, **kw) -> S3Options:
                      retry=FAST, **kw)
 
 
-def test_the_store_completes_through_the_lean_path_and_translates_its_errors(stub, monkeypatch):
+def test_the_store_completes_through_the_crt_and_translates_its_errors(stub):
     store = S3Store(_options(stub))
-    assert store._lean_completer() is not None
+    assert isinstance(store.completer(), CrtCompleter)
     etag = store.complete_multipart_upload("b", "t/x y+z.bin", "u1", [CompletedPart(1, '"e"', "AAAAAA==")])
     assert etag.startswith('"') and etag.endswith('-1"')
     assert store.request_counts() == {"complete_multipart_upload": 1}
@@ -107,14 +126,7 @@ def test_the_store_completes_through_the_lean_path_and_translates_its_errors(stu
         "b", "t/k", "u3", [CompletedPart(1, '"e"')])
 
 
-def test_a_store_given_a_client_or_told_not_to_keeps_every_request_on_boto3(stub, monkeypatch):
-    plain = S3Store(_options(stub))
-    assert S3Store(plain.options, client=plain._client)._lean_completer() is None
-    monkeypatch.setenv("MPCOMMIT_LEAN_COMPLETE", "0")
-    assert S3Store(_options(stub))._lean_completer() is None
-
-
-def test_unreachable_endpoint_through_the_lean_path_is_a_connection_error(monkeypatch):
+def test_unreachable_endpoint_through_the_crt_is_a_connection_error():
     import socket
 
     with socket.socket() as s:
@@ -181,20 +193,3 @@ def test_referenced_manifests_are_read_ahead_in_parallel_within_bounds(monkeypat
     assert held_max <= most_held
     if gate is not None:
         assert concurrent_max >= 2  # read in parallel
-
-
-@pytest.mark.parametrize("path", ["crt", "botocore"])
-def test_the_lean_path_verifies_tls_with_the_configured_ca_bundle(stub, monkeypatch, tmp_path, path):
-    monkeypatch.setenv("MPCOMMIT_LEAN_COMPLETE", path)
-    bundle = tmp_path / "ca.pem"
-    bundle.write_text("")
-
-    def ca_certs(lean) -> str:
-        return lean.ca_bundle if path == "crt" else lean._pool.connection_pool_kw["ca_certs"]
-
-    monkeypatch.setenv("AWS_CA_BUNDLE", str(bundle))
-    lean = S3Store(_options(stub))._lean_completer()
-    assert lean is not None and ca_certs(lean) == str(bundle)
-    monkeypatch.delenv("AWS_CA_BUNDLE")
-    lean = S3Store(_options(stub))._lean_completer()
-    assert lean is not None and ca_certs(lean) != str(bundle)

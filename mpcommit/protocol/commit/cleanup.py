@@ -4,12 +4,14 @@ retried tasks), and the job's records under its hidden prefix."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Iterator
 
 from ...errors import ManifestError, NoSuchKeyError
 from ...store.s3 import S3Store, UploadInfo
 from .. import faults
 from ..layout import Destination, JobPaths, job_id_of_key
 from ..records.job import CommitJournal
+from ..records.manifest import PendingUpload
 from .context import CommitContext
 from .manifests import ManifestReader
 
@@ -45,36 +47,42 @@ class JobCleanup:
 
     def _abort_manifested(self, *, skip: set[str] = frozenset(), keep: set[str] = frozenset()) -> int:  # type: ignore[assignment]
         bucket = self.destination.bucket
-        aborted = 0
-        for obj in self.store.list_objects(bucket, self.paths.tasks):
-            if obj.key in skip:
-                continue
-            try:
-                manifest = self.manifests.read(obj.key)
-            except (ManifestError, NoSuchKeyError) as exc:  # gone: another rollback or cleanup of the job removed it
-                log.warning("skipping unreadable %s %s: %s", "loser manifest" if skip else "manifest", obj.key, exc)
-                continue
-            for u in manifest.uploads:
-                if u.upload_id not in keep and self.store.abort_multipart_upload(bucket, u.key, u.upload_id):
-                    aborted += 1
-        return aborted
+
+        def uploads() -> Iterator[PendingUpload]:
+            for obj in self.store.list_objects(bucket, self.paths.tasks):
+                if obj.key in skip:
+                    continue
+                try:
+                    manifest = self.manifests.read(obj.key)
+                except (ManifestError, NoSuchKeyError) as exc:
+                    # NoSuchKey: gone, another rollback or cleanup of the job removed it meanwhile.
+                    log.warning("skipping unreadable %s %s: %s", "loser manifest" if skip else "manifest", obj.key, exc)
+                    continue
+                yield from (u for u in manifest.uploads if u.upload_id not in keep)
+
+        return self._abort(uploads())
 
     def abort_listed(self, *, exclude: set[str] = frozenset()) -> int:  # type: ignore[assignment]
         """Abort pending uploads under the destination whose key carries this job's id -- never by prefix alone.
         ``exclude``: upload ids completed by this commit."""
         bucket = self.destination.bucket
-        doomed = [
+        return self._abort(
             u for u in self.store.list_multipart_uploads(bucket, self.destination.root)
             if job_id_of_key(self.destination, u.key) == self.job_id and u.upload_id not in exclude
-        ]
+        )
+
+    def _abort(self, doomed: Iterable[UploadInfo | PendingUpload]) -> int:
+        """Abort each upload, under an adaptive window (fewer at once when the store answers SlowDown); the count
+        of those still pending (another cleaner may have got to some first)."""
+        bucket = self.destination.bucket
         aborted = 0
 
-        def count(_upload: UploadInfo, was_pending: bool) -> None:
+        def count(_upload: UploadInfo | PendingUpload, was_pending: bool) -> None:
             nonlocal aborted
             aborted += was_pending
 
-        self.context.run(lambda u: self.store.abort_multipart_upload(bucket, u.key, u.upload_id), doomed,
-                         on_result=count)
+        self.context.run_adaptive(lambda u: self.store.abort_multipart_upload(bucket, u.key, u.upload_id), doomed,
+                                  retry=self.store.options.retry, on_result=count)
         return aborted
 
     def remove_records(self, *, journal_first: bool) -> int:

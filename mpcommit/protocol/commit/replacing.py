@@ -87,13 +87,24 @@ class Replacer:
 
     def delete(self, doomed: list[str], sources: list[str] | None, *, skip_directories: frozenset[str]) -> int:
         """Delete the older objects and a compaction's sources (except in ``skip_directories``): only after every
-        new file is complete (I5)."""
+        new file is complete (I5). Batches of DeleteObjects under an adaptive window: the first alone, then more
+        at once while the store keeps up, fewer when it answers SlowDown (each key counts against its rate)."""
         doomed = doomed + [key for key in sources or () if directory_of(key) not in skip_directories]
         self.progress("replace", 0, len(doomed))
+        bucket = self.destination.bucket
+        batches = list(enumerate(range(0, len(doomed), DELETE_BATCH), 1))
         deleted = 0
-        for batch_no, start in enumerate(range(0, len(doomed), DELETE_BATCH), 1):
+
+        def delete_batch(batch: tuple[int, int]) -> int:
+            batch_no, start = batch
             faults.checkpoint("commit.before_delete_batch", batch_no)
-            deleted += self.store.delete_objects(self.destination.bucket, doomed[start : start + DELETE_BATCH])
+            return self.store.delete_objects(bucket, doomed[start : start + DELETE_BATCH])
+
+        def count(_batch: tuple[int, int], n: int) -> None:
+            nonlocal deleted
+            deleted += n
+
+        self.context.run_adaptive(delete_batch, batches, retry=self.store.options.retry, initial=1, on_result=count)
         self.progress("replace", deleted, len(doomed))
         return deleted
 
