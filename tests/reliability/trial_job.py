@@ -73,7 +73,7 @@ def order_settings(spec: dict[str, Any]) -> Any:
 
 
 def write_job(spec: dict[str, Any], store: Any, say: Any = emit) -> dict[str, Any]:
-    from mpcommit import Job, WriterSettings
+    from mpcommit import WriterSettings
 
     uri = f"s3://{spec['bucket']}/{spec['table']}"
     job = Job.create(uri, mode=spec["mode"], partition_overwrite=spec.get("po", "static"), s3=store.options,
