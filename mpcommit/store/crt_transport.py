@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import Sequence
 from typing import Any
+import urllib.request
 from urllib.parse import urlsplit
 
 from botocore.exceptions import (
@@ -61,6 +62,19 @@ else:
 
 
 _GONE = object()
+
+
+def crt_unusable(client: Any, credentials: Any) -> str | None:
+    """Why the CRT transport cannot stand in for this client (None when it can)."""
+    if credentials is None:
+        return "the store was given its client (its credentials are the client's own business)"
+    config = client.meta.config
+    if getattr(config, "proxies", None) or any(k in ("http", "https", "all") for k in urllib.request.getproxies()):
+        return "an HTTP proxy is configured"
+    missing = _IMPORT_ERROR
+    if missing is not None:
+        return f"awscrt cannot be imported ({missing})"
+    return None
 
 
 def crt_import_error() -> ImportError | None:

@@ -11,7 +11,7 @@ import logging
 import threading
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from botocore.handlers import set_list_objects_encoding_type_url
 
@@ -20,8 +20,19 @@ from .listing import ListedPage, PageSequence, round_trips_unencoded, uploads_of
 from .session import s3_client
 from .values import ObjectInfo, UploadInfo
 
-if TYPE_CHECKING:
-    from .s3 import S3Store
+
+class Funnel(Protocol):
+    """What the listings use of the store (:class:`mpcommit.store.s3.S3Store`): its one request funnel, its
+    client and options, and the endpoint to name in a warning. A protocol, so that paging never imports s3.py,
+    which imports it."""
+
+    options: Any
+    _client: Any
+
+    @property
+    def endpoint(self) -> str: ...
+
+    def _call(self, operation: str, **kwargs: Any) -> Any: ...
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +79,7 @@ class PagedListings:
     """The listings of one store. Remembers what it learnt about the server: that its URL-encoded object listings
     break (then a second client lists unencoded), that it refuses its own UploadIdMarker."""
 
-    def __init__(self, store: "S3Store", unencoded_client: Any | None = None):
+    def __init__(self, store: Funnel, unencoded_client: Any | None = None):
         self.store = store
         self._unencoded: Any | None = unencoded_client
         self._lock = threading.Lock()

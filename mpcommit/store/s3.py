@@ -39,7 +39,7 @@ from .retry import call_with_retry
 from .security import RequestSecurity
 from .values import CompletedPart, ObjectInfo, UploadInfo, xml_safe  # noqa: F401 - the store's values, named here too
 from .session import s3_client
-from .transport import Boto3Completer, Completer, Done, crt_unusable, header_fields, listed_parts
+from .transport import Boto3Completer, Completer, Done, header_fields, listed_parts
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,8 @@ class S3Store:
         self._client = client
         self._security = RequestSecurity(options, client)
         if options.complete_transport is CompleteTransport.CRT:
+            from .crt_transport import crt_unusable  # imports awscrt: only where the CRT is asked for
+
             why = crt_unusable(client, self._credentials)
             if why is not None:
                 raise UsageError(f"S3Options.complete_transport='crt' cannot be used: {why}. Use 'auto' (the CRT "
@@ -253,6 +255,8 @@ class S3Store:
         security = self._security.parameters("complete_multipart_upload")
         if opts.complete_transport is CompleteTransport.BOTO3:
             return Boto3Completer(self._client, security)
+        from .crt_transport import crt_unusable  # imports awscrt: only once a complete is sent
+
         why = crt_unusable(self._client, self._credentials)
         headers: list[tuple[str, str]] = []
         if why is None:

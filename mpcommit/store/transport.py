@@ -12,7 +12,7 @@ signer), and each in flight holds a thread. So there are two transports, chosen 
   :func:`etag_from_answer`. It can also :meth:`~mpcommit.store.crt_transport.CrtCompleter.start` a complete
   without waiting for it, so that hundreds are in flight from one thread.
 
-The CRT is used where it is equivalent to boto3 (:func:`crt_unusable` says why not otherwise): awscrt imports, the
+The CRT is used where it is equivalent to boto3 (:func:`.crt_transport.crt_unusable` says why not otherwise): awscrt imports, the
 store made its own client from its options (so it knows the credentials: an injected client keeps every request
 on boto3), and no HTTP proxy is configured. Either way a complete carries the same security parameters
 (:mod:`mpcommit.store.security`), and its failures are the botocore exceptions botocore would have raised, so
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import re
-import urllib.request
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 from urllib.parse import quote
@@ -167,19 +166,3 @@ def etag_from_answer(status: int, data: bytes) -> str:
 def _unescape(text: bytes) -> str:
     return (text.decode("utf-8").replace("&quot;", '"').replace("&#34;", '"').replace("&lt;", "<")
             .replace("&gt;", ">").replace("&apos;", "'").replace("&amp;", "&"))
-
-
-# ---------------------------------------------------------------- which transport
-def crt_unusable(client: Any, credentials: Any) -> str | None:
-    """Why the CRT transport cannot stand in for this client (None when it can)."""
-    from .crt_transport import crt_import_error
-
-    if credentials is None:
-        return "the store was given its client (its credentials are the client's own business)"
-    config = client.meta.config
-    if getattr(config, "proxies", None) or any(k in ("http", "https", "all") for k in urllib.request.getproxies()):
-        return "an HTTP proxy is configured"
-    missing = crt_import_error()
-    if missing is not None:
-        return f"awscrt cannot be imported ({missing})"
-    return None
