@@ -67,6 +67,24 @@ def test_a_df_write_line_commits_through_mpcommit(source, moto_backend) -> None:
     assert_clean(be.client, bucket, "t")
 
 
+def test_no_rows_through_the_source_leave_the_file_spark_leaves(source, moto_backend, tmp_path) -> None:  # noqa: ANN001
+    """The third door of issue 27's empty result: df.write.format("mpcommit") of no rows leaves the one
+    schema-only Parquet file Spark's own writer leaves, so spark.read finds the schema and no rows."""
+    from tests.support.checks import read_object
+
+    be, bucket = moto_backend, moto_backend.new_bucket()
+    df = source.createDataFrame([(1, "a", 2.5)], "id long, name string, v double").filter("id < 0")
+    df.write.format("mpcommit").mode("overwrite").options(**s3(be)).option("format", "parquet") \
+        .save(f"s3://{bucket}/e")
+    (key,) = data_keys(be.client, bucket, "e")
+    assert key.endswith(".c000.snappy.parquet"), key
+    (tmp_path / "e").mkdir()
+    (tmp_path / "e" / key.rsplit("/", 1)[1]).write_bytes(read_object(be.client, bucket, key))
+    back = source.read.parquet(str(tmp_path / "e"))
+    assert back.schema == df.schema and back.count() == 0
+    assert_clean(be.client, bucket, "e")
+
+
 def test_a_fresh_session_finds_the_source_with_no_register_call(source, moto_backend) -> None:  # noqa: ANN001
     """A new session has data sources of its own (not those registered in ``source``): only PySpark's look for
     modules named pyspark_* finds mpcommit there."""
