@@ -2,8 +2,8 @@
 ``INSERT`` into a view ``USING mpcommit``, and ``df.writeStream.format("mpcommit")`` (:mod:`.streaming`).
 
 Spark finds it by itself in any installed top-level module named ``pyspark_*`` that defines ``DefaultSource``
-(``pyspark_mpcommit``, installed with mpcommit: PySpark's classes, over this module and :mod:`.streaming`, which
-import no pyspark, as every module of the package), or after :func:`register`. Its options are described in
+(``pyspark_mpcommit``, installed with mpcommit, naming PySpark's classes in :mod:`.pyspark_source`, a shell over
+this module and :mod:`.streaming`, which import no pyspark), or after :func:`register`. Its options are described in
 :mod:`.source_options`.
 
 How Spark runs a Python data source's batch write, and what mpcommit does at each step -- the same steps as
@@ -54,7 +54,7 @@ NO_READER = ("mpcommit only writes: read the table with Spark's reader for its f
 
 
 class Message(Protocol):
-    """A task's commit message (``pyspark_mpcommit.TaskMessage``, a ``WriterCommitMessage``)."""
+    """A task's commit message (``pyspark_source.TaskMessage``, a ``WriterCommitMessage``)."""
 
     result: bytes | None
     job_id: str
@@ -74,14 +74,14 @@ class TaskOutcome:
 def register(spark: Any) -> None:
     """Register the data source in ``spark`` (a classic or Spark Connect session), for when it is not found by
     itself (mpcommit installed in a way that Python's module listing does not show, e.g. an editable install)."""
-    from pyspark_mpcommit import DefaultSource
+    from .pyspark_source import DefaultSource
 
     spark.dataSource.register(DefaultSource)
 
 
 class BatchWrite:
     """One batch write: planned and started where Spark creates its writer, committed where Spark commits it.
-    (``pyspark_mpcommit.BatchWriter`` is this as PySpark's ``DataSourceArrowWriter``.)"""
+    (``pyspark_source.BatchWriter`` is this as PySpark's ``DataSourceArrowWriter``.)"""
 
     def __init__(self, options: dict[str, str], schema: Any, overwrite: bool):
         session = Recorder(SessionSettings.unseen())

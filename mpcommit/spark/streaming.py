@@ -202,7 +202,7 @@ class ProgressBook:
 
 # ---------------------------------------------------------------- the sink
 class StreamSink:
-    """The sink of one streaming query (``pyspark_mpcommit.StreamWriter`` is this as PySpark's
+    """The sink of one streaming query (``pyspark_source.StreamWriter`` is this as PySpark's
     ``DataSourceStreamArrowWriter``). Spark makes one per micro-batch where it plans the batch (its tasks get that
     one, pickled) and one where it commits the batch."""
 

@@ -1,0 +1,92 @@
+"""PySpark's classes of the ``mpcommit`` data source: ``DefaultSource``, its batch and stream writers and the task
+commit message -- each a thin shell over mpcommit's own (:mod:`.datasource`, :mod:`.streaming`, which import no
+pyspark). Spark finds them through the top-level module ``pyspark_mpcommit``, which re-exports them under the name
+PySpark's ``pyspark_*`` convention looks for; :func:`mpcommit.spark.register` registers them explicitly. The only
+module of the package besides the catalog's that imports pyspark when loaded, and nothing but those two doors
+imports it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+
+from ..errors import UsageError
+from .datasource import NAME, NO_READER, NO_SCHEMA, BatchWrite, TaskOutcome
+from .streaming import StreamSink
+
+__all__ = ["BatchWriter", "DefaultSource", "StreamWriter", "TaskMessage"]
+
+
+@dataclass(frozen=True)
+class TaskMessage(WriterCommitMessage):
+    """A task's :class:`~mpcommit.spark.datasource.TaskOutcome` as Spark carries it to the driver."""
+
+    result: bytes | None
+    job_id: str
+    query_id: str | None = None
+
+    @classmethod
+    def of(cls, outcome: TaskOutcome) -> "TaskMessage":
+        return cls(outcome.result, outcome.job_id, outcome.query_id)
+
+
+class DefaultSource(DataSource):
+    """``mpcommit``: writes through mpcommit, in batches (``df.write``, SQL) and streams (``df.writeStream``)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> Any:
+        raise UsageError(NO_SCHEMA)
+
+    def reader(self, schema: Any) -> Any:
+        raise UsageError(NO_READER)
+
+    def writer(self, schema: Any, overwrite: bool) -> "BatchWriter":
+        return BatchWriter(dict(self.options), schema, overwrite)
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> "StreamWriter":  # noqa: N802 - PySpark's name
+        return StreamWriter(dict(self.options), schema, overwrite)
+
+
+class BatchWriter(DataSourceArrowWriter):
+    """A batch write (:class:`mpcommit.spark.datasource.BatchWrite`): Arrow batches in, one job."""
+
+    def __init__(self, options: dict[str, str], schema: Any, overwrite: bool):
+        self.impl = BatchWrite(options, schema, overwrite)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskMessage:
+        return TaskMessage.of(self.impl.write_task(iterator))
+
+    def commit(self, messages: Sequence[TaskMessage | None]) -> None:
+        self.impl.commit(messages)
+
+    def abort(self, messages: Sequence[TaskMessage | None]) -> None:
+        self.impl.abort(messages)
+
+
+class StreamWriter(DataSourceStreamArrowWriter):
+    """A streaming sink (:class:`mpcommit.spark.streaming.StreamSink`): each micro-batch one job, exactly once."""
+
+    def __init__(self, options: dict[str, str], schema: Any, overwrite: bool):
+        self.sink = StreamSink(options, schema, overwrite)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskMessage:
+        return TaskMessage.of(self.sink.write_task(iterator))
+
+    def commit(self, messages: Sequence[TaskMessage | None], batchId: int) -> None:  # noqa: N803 - PySpark's name
+        self.sink.commit(messages, batchId)
+
+    def abort(self, messages: Sequence[TaskMessage | None], batchId: int) -> None:  # noqa: N803
+        self.sink.abort(messages, batchId)
