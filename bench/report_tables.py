@@ -339,9 +339,18 @@ COMMIT_LABELS = {"commit": "`Job.commit` (CRT completes, adaptive window)",
 COMMIT_NETWORK_LABELS = {**NETWORK_LABELS, "raw": "straight to the stub (no proxy, no added latency)"}
 
 
+#: The same variants run by code from before the adaptive window (2026-11-26 morning's smoke runs): their records
+#: carry no ``window_peak``, and their completes ran on a fixed number of threads.
+PRE_WINDOW_LABELS = {"commit": "`Job.commit` (CRT completes on fixed threads: code before the adaptive window)",
+                     "bare-crt": "bare CRT loop on the same fixed threads (the floor)"}
+
+
 def _commit_label(v: str, sessions: Sessions, rs: Sequence[Run]) -> str:
-    """A variant's label; ``commit@NAME`` names the checkout it ran (its commit, from the session's ``trees``)."""
+    """A variant's label, as its records show it ran; ``commit@NAME`` names the checkout it ran (its commit, from
+    the session's ``trees``)."""
     if "@" not in v:
+        if v in PRE_WINDOW_LABELS and not any(r.get("window_peak") for r in rs if r["variant"] == v):
+            return PRE_WINDOW_LABELS[v]
         return COMMIT_LABELS.get(v, v)
     name = v.split("@", 1)[1]
     trees = [sessions.get(r["session"], {}).get("trees", {}).get(name, {}) for r in rs if r["variant"] == v]

@@ -126,10 +126,10 @@ def test_the_commit_scale_tables_count_failures_and_judge_the_rate(tmp_path):
         lines.append({"kind": "run", "session": "c1", "variant": "commit", "files": 100000, "pair": pair,
                       "outcome": "ok" if pair else "failed: CommitStateUnknownError: SlowDown",
                       "wall_s": 40.0 + pair, "cpu_s": 25.0, "cpu_ms_per_file": 0.25, "completes_per_s": 2600.0 + pair,
-                      "slowdowns": 120, "retries": 120, "proxy_cpu_s": 12.0, "stub_cpu_s": 4.0})
+                      "window_peak": 512, "slowdowns": 120, "retries": 120, "proxy_cpu_s": 12.0, "stub_cpu_s": 4.0})
         lines.append({"kind": "run", "session": "c1", "variant": "bare-crt", "files": 100000, "pair": pair, "outcome": "ok",
                       "wall_s": 40.0, "cpu_s": 20.0, "cpu_ms_per_file": 0.2, "completes_per_s": 2500.0,
-                      "slowdowns": 100, "retries": 100, "proxy_cpu_s": 12.0, "stub_cpu_s": 4.0})
+                      "window_peak": 512, "slowdowns": 100, "retries": 100, "proxy_cpu_s": 12.0, "stub_cpu_s": 4.0})
     sessions, runs = records.load([_write(tmp_path / "commit_scale.jsonl", lines)])
     text = "\n".join(render_commit_scale(sessions, runs))
     commit = next(line for line in text.splitlines() if line.startswith("| `Job.commit` (CRT completes, adaptive window) |"))
@@ -154,6 +154,19 @@ def test_the_commit_is_compared_with_the_code_before_it_pair_by_pair(tmp_path):
     row = next(line for line in text.splitlines() if line.startswith("| `Job.commit` (CRT completes"))
     assert "**0.80x** (95% CI" in row  # wall 2.0 / 2.5 in every pair
     assert "| `Job.commit` at `main` (959fa8e123) | 3 |" in text
+
+
+def test_runs_of_code_before_the_adaptive_window_are_labelled_as_such(tmp_path):
+    lines = [_session("c3", threads=32)]
+    for variant, peak in (("commit", None), ("bare-crt", None)):
+        lines.append({"kind": "run", "session": "c3", "variant": variant, "files": 2000, "pair": 0, "outcome": "ok",
+                      "wall_s": 1.0, "cpu_s": 0.3, "cpu_ms_per_file": 0.15, "completes_per_s": 2000.0,
+                      **({"window_peak": peak} if peak else {})})
+    sessions, runs = records.load([_write(tmp_path / "commit_scale.jsonl", lines)])
+    text = "\n".join(render_commit_scale(sessions, runs))
+    assert "(CRT completes, adaptive window)" not in text  # no record says the window ran
+    assert "| `Job.commit` (CRT completes on fixed threads: code before the adaptive window) | 1 |" in text
+    assert "| bare CRT loop on the same fixed threads (the floor) | 1 |" in text
 
 
 def test_driver_memory_growth_is_judged_against_the_bound(tmp_path):
