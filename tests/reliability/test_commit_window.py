@@ -1,6 +1,7 @@
-"""The job commit's requests under its adaptive window, on both servers: many completes in flight from the
-committing thread alone (the CRT transport), and SlowDown on completes, deletes and aborts absorbed by sending
-each refused request again -- once per refusal -- on either transport."""
+"""The job commit's requests under its adaptive window, on every server (versitygw too: the proxy keeps the
+client's signatures valid): many completes in flight from the committing thread alone (the CRT transport), and
+SlowDown on completes, deletes and aborts absorbed by sending each refused request again -- once per refusal --
+on either transport."""
 
 from __future__ import annotations
 
