@@ -105,6 +105,7 @@ def test_twenty_percent_faults_on_every_request_class_give_the_identical_dataset
 @pytest.mark.parametrize("backend_name, kinds", [
     pytest.param("moto", (Fault.DROP_AFTER,), id="moto-applied-answer-lost"),
     pytest.param("localstack", (Fault.DROP_AFTER,), marks=pytest.mark.localstack, id="localstack-applied-answer-lost"),
+    pytest.param("versitygw", (Fault.DROP_AFTER,), marks=pytest.mark.versitygw, id="versitygw-applied-answer-lost"),
     pytest.param("moto", (Fault.SLOW_DOWN, Fault.INTERNAL_ERROR, Fault.DROP), id="moto-not-applied"),
 ])
 def test_every_request_failing_once_gives_the_identical_dataset(request, backend_name, kinds):
