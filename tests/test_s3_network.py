@@ -1,18 +1,35 @@
-"""The S3-like network (tests/support/s3_network.py): it shapes the operations it is told to, counts requests
-and bytes per operation exactly, and passes every request through unchanged. Runs on moto; timing is only ever
-checked as a lower bound (the proxy's floor guarantees it), never as an upper one."""
+"""The one proxy (tests/support/s3_network.py): it shapes the operations it is told to, counts requests and bytes
+per operation exactly, injects the faults it is told to and no others, and passes every request through as its
+client signed it (checked on every selected server; versitygw checks signatures). The rest runs on moto; timing is
+only ever checked as a lower bound (the proxy's floor guarantees it), never as an upper one."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import time
 from typing import Any
 
 import boto3
+import botocore.exceptions
 import pytest
 from botocore.config import Config
 
-from tests.support.s3_network import NONE, S3_LIKE, NetworkProfile, S3Network, parse_rate, parse_seconds, per_file
+from tests.support.s3_network import (
+    NONE,
+    S3_LIKE,
+    TRANSIENT,
+    Fault,
+    FaultDecider,
+    FaultPlan,
+    FaultRule,
+    NetworkProfile,
+    S3Network,
+    parse_rate,
+    parse_seconds,
+    per_file,
+    request_signature,
+)
 from tests.support.backends import Backend, raw_s3_client
 
 KiB = 1024
@@ -180,3 +197,156 @@ def test_answers_slow_down_past_the_rate_without_reaching_the_server(net: S3Netw
     time.sleep(1.1)  # refill: a delete of 3 keys draws 3 tokens, and its keys are counted
     c.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in sorted(listed)[:3]]})
     assert net.stats()["ops"]["DeleteObjects"]["keys"] == 3
+
+
+# ---------------------------------------------------------------- faults
+def _no_retries(endpoint_url: str) -> Any:
+    session = boto3.session.Session(aws_access_key_id="test", aws_secret_access_key="test", region_name="us-east-1")
+    return session.client("s3", endpoint_url=endpoint_url,
+                          config=Config(s3={"addressing_style": "path"}, retries={"total_max_attempts": 1}))
+
+
+def _code(call: Any) -> str:
+    try:
+        call()
+    except botocore.exceptions.ClientError as exc:
+        return str(exc.response["Error"]["Code"])
+    except (botocore.exceptions.ConnectionError, botocore.exceptions.HTTPClientError):
+        return "connection lost"
+    return "ok"
+
+
+def test_fault_decisions_are_a_function_of_seed_request_and_occurrence() -> None:
+    plan = FaultPlan(default=FaultRule(0.5), seed=3)
+    sig = request_signature("PUT", "/bucket-a/t/task-00001-a0-1f2e3d4c.json", {"x": "1", "uploadId": "u1"})
+    assert sig == request_signature("PUT", "/bucket-b/t/task-00001-a0-99999999.json", {"x": "1", "uploadId": "u2"})
+    one, two = FaultDecider(plan), FaultDecider(plan)
+    first = [one.decide("PutObject", sig)[0] for _ in range(200)]
+    assert first == [two.decide("PutObject", sig)[0] for _ in range(200)]  # the same run again
+    assert 60 <= sum(f is not None for f in first) <= 140 and set(first) - {None} == set(TRANSIENT)
+    other = FaultDecider(dataclasses.replace(plan, seed=4))
+    assert first != [other.decide("PutObject", sig)[0] for _ in range(200)]
+    assert one.faults["PutObject"].total() == sum(f is not None for f in first) == one.total
+
+
+def test_fault_plans_are_bounded_and_name_real_request_classes() -> None:
+    always = FaultDecider(FaultPlan(default=FaultRule(1.0, (Fault.SLOW_DOWN,)), max_consecutive=2, max_faults=5))
+    decided = [always.decide("HeadObject", "HEAD k?")[0] for _ in range(9)]
+    s = Fault.SLOW_DOWN
+    assert decided == [s, s, None, s, s, None, s, None, None]  # at most two in a row, five in all
+    assert always.total == 5
+    never = FaultDecider(FaultPlan({"PutObject": FaultRule(1.0)}, default=None))
+    assert never.decide("HeadObject", "HEAD k?") == (None, 0.0)
+    spiky = FaultDecider(FaultPlan(spike_rate=1.0, spike_max=0.5))
+    spikes = [spiky.decide("GetObject", f"GET k{i}?")[1] for i in range(20)]
+    assert all(0.2 <= s <= 0.5 for s in spikes) and spiky.spikes == 20
+    assert FaultPlan.from_json(FaultPlan({"UploadPart": FaultRule(0.3)}, seed=9).to_json()) == \
+        FaultPlan({"UploadPart": FaultRule(0.3)}, seed=9)
+    with pytest.raises(ValueError, match="UploadParts"):
+        FaultPlan({"UploadParts": FaultRule(1.0)})
+
+
+def test_faults_off_refuse_nothing_and_faults_on_refuse_by_class(net: S3Network, _moto_backend_session: Backend) -> None:
+    bucket = _bucket(_moto_backend_session)
+    c = _no_retries(net.endpoint_url)
+    c.put_object(Bucket=bucket, Key="k", Body=b"x")
+    codes = [_code(lambda: c.head_object(Bucket=bucket, Key="k")) for _ in range(10)]
+    assert codes == ["ok"] * 10 and net.stats()["faults"]["faults"] == {}
+    try:
+        net.set_faults(FaultPlan({"HeadObject": FaultRule(1.0, (Fault.SLOW_DOWN,)),
+                                  "GetObject": FaultRule(1.0, (Fault.INTERNAL_ERROR,)),
+                                  "ListObjectsV2": FaultRule(1.0, (Fault.ACCESS_DENIED,)),
+                                  "PutObject": FaultRule(1.0, (Fault.INVALID_ACCESS_KEY,))}))
+        # A HEAD's refusal has no body: the connection stays usable for the next request.
+        assert [_code(lambda: c.head_object(Bucket=bucket, Key="k")) for _ in range(3)] == ["503"] * 3
+        assert _code(lambda: c.get_object(Bucket=bucket, Key="k")) == "InternalError"
+        assert _code(lambda: c.list_objects_v2(Bucket=bucket)) == "AccessDenied"
+        with pytest.raises(botocore.exceptions.ClientError) as info:
+            c.put_object(Bucket=bucket, Key="k2", Body=b"y")
+        assert info.value.response["Error"]["Code"] == "InvalidAccessKeyId"
+        assert info.value.response["Error"]["AWSAccessKeyId"] == "test"  # echoed, as S3 does
+        assert _code(lambda: c.delete_object(Bucket=bucket, Key="k")) == "ok"  # a class not named
+        faulted = net.faulted()
+        assert faulted["HeadObject"] == {Fault.SLOW_DOWN: 3} and faulted["DeleteObject"] == {}
+        assert net.requests()["HeadObject"] == 13 and net.stats()["ops"]["HeadObject"]["errors"] == 3
+    finally:
+        net.set_faults(None)
+    assert _code(lambda: c.head_object(Bucket=bucket, Key="k")) == "404"  # the delete went through
+    assert "k2" not in {o["Key"] for o in c.list_objects_v2(Bucket=bucket).get("Contents", [])}
+
+
+def test_dropped_connections_before_and_after_the_server(net: S3Network, _moto_backend_session: Backend) -> None:
+    bucket = _bucket(_moto_backend_session)
+    c = _no_retries(net.endpoint_url)
+    try:
+        net.set_faults(FaultPlan({"PutObject": FaultRule(1.0, (Fault.DROP,))}))
+        assert _code(lambda: c.put_object(Bucket=bucket, Key="before", Body=b"x")) == "connection lost"
+        net.set_faults(FaultPlan({"PutObject": FaultRule(1.0, (Fault.DROP_AFTER,))}))
+        assert _code(lambda: c.put_object(Bucket=bucket, Key="after", Body=b"y")) == "connection lost"
+        assert net.faulted()["PutObject"] == {Fault.DROP: 1, Fault.DROP_AFTER: 1}
+    finally:
+        net.set_faults(None)
+    listed = {o["Key"] for o in c.list_objects_v2(Bucket=bucket).get("Contents", [])}
+    assert listed == {"after"}  # applied, though its answer was lost
+
+
+def test_records_headers_only_when_asked(net: S3Network, _moto_backend_session: Backend) -> None:
+    with pytest.raises(RuntimeError, match="record_headers"):
+        net.headers()
+    with S3Network(_moto_backend_session.endpoint_url, NONE, record_headers=True) as recording:
+        c = raw_s3_client(recording.endpoint_url)
+        c.put_object(Bucket=_bucket(_moto_backend_session), Key="k", Body=b"x", ServerSideEncryption="AES256")
+        seen = recording.headers()
+    assert [cls for cls, _h in seen] == ["PutObject"]
+    assert seen[0][1]["x-amz-server-side-encryption"] == "AES256" and "authorization" in seen[0][1]
+
+
+# ---------------------------------------------------------------- signatures
+def test_servers_that_check_signatures_accept_what_went_through(backend: Backend) -> None:
+    """The proxy forwards each request as its client signed it, so that every server accepts it -- versitygw
+    checks SigV4 (a changed Host, path, query or signed header is SignatureDoesNotMatch); faults off, nothing is
+    refused."""
+    bucket = backend.new_bucket("netproxy")
+    with S3Network(backend.endpoint_url, NONE) as proxy:
+        c = raw_s3_client(proxy.endpoint_url)
+        c.head_bucket(Bucket=bucket)
+        c.put_object(Bucket=bucket, Key="dir/a key+with=odd&chars", Body=b"x" * 100, Metadata={"m": "v"})
+        assert c.head_object(Bucket=bucket, Key="dir/a key+with=odd&chars")["ContentLength"] == 100
+        keys = [o["Key"] for o in c.list_objects_v2(Bucket=bucket, Prefix="dir/", MaxKeys=5)["Contents"]]
+        assert keys == ["dir/a key+with=odd&chars"]
+        uid = c.create_multipart_upload(Bucket=bucket, Key="m")["UploadId"]
+        etag = c.upload_part(Bucket=bucket, Key="m", UploadId=uid, PartNumber=1, Body=b"p" * (5 * MiB))["ETag"]
+        c.complete_multipart_upload(Bucket=bucket, Key="m", UploadId=uid,
+                                    MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": etag}]})
+        c.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": "m"}]})
+        stats = proxy.stats()
+    assert stats["totals"]["errors"] == 0 and stats["proxy_errors"] == 0 and stats["faults"]["faults"] == {}
+
+
+def test_versitygw_refuses_a_request_whose_signed_host_was_changed(versitygw_backend: Backend) -> None:
+    """What the test above rests on: versitygw checks the Host the client signed. The same signed request sent
+    through the proxy is accepted as signed and refused with the Host an in-between rewrote to the server's."""
+    import http.client
+
+    from botocore.auth import S3SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    backend = versitygw_backend
+    bucket = backend.new_bucket("netproxy")
+    with S3Network(backend.endpoint_url, NONE) as proxy:
+        request = AWSRequest(method="HEAD", url=f"{proxy.endpoint_url}/{bucket}")
+        S3SigV4Auth(Credentials("test", "test"), "s3", "us-east-1").add_auth(request)
+        port = int(proxy.endpoint_url.rsplit(":", 1)[1])
+        statuses = []
+        for host in (f"127.0.0.1:{port}", backend.endpoint_url.split("//", 1)[1]):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            conn.putrequest("HEAD", f"/{bucket}", skip_host=True, skip_accept_encoding=True)
+            for name, value in request.headers.items():
+                conn.putheader(name, host if name.lower() == "host" else value)
+            if "host" not in {name.lower() for name in request.headers}:
+                conn.putheader("Host", host)
+            conn.endheaders()
+            statuses.append(conn.getresponse().status)
+            conn.close()
+    assert statuses == [200, 403]

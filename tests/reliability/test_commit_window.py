@@ -1,6 +1,7 @@
-"""The job commit's requests under its adaptive window, on both servers: many completes in flight from the
-committing thread alone (the CRT transport), and SlowDown on completes, deletes and aborts absorbed by sending
-each refused request again -- once per refusal -- on either transport."""
+"""The job commit's requests under its adaptive window, on every server (versitygw too: the proxy keeps the
+client's signatures valid): many completes in flight from the committing thread alone (the CRT transport), and
+SlowDown on completes, deletes and aborts absorbed by sending each refused request again -- once per refusal --
+on either transport."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ import pytest
 from mpcommit import Job, RetryPolicy
 from mpcommit.modes import CommitOutcome
 from tests.support.checks import pending_uploads, read_object, visible_keys
-from tests.support.fault_proxy import Fault, FaultProxy, FaultRule
 from tests.support.jobs import write_task
+from tests.support.s3_network import NONE, Fault, FaultPlan, FaultRule, S3Network
 
 QUICK = RetryPolicy(max_attempts=8, initial_delay=0.001, max_delay=0.01)
 
@@ -63,7 +64,8 @@ def test_slowdowns_on_completes_deletes_and_aborts_are_absorbed_each_refused_req
         backend.client.put_object(Bucket=bucket, Key=f"t/dt={i % 3}/old-{i}.txt", Body=b"old\n")
     slow_down = FaultRule(0.35, (Fault.SLOW_DOWN,))
     rules = {"CompleteMultipartUpload": slow_down, "DeleteObjects": slow_down, "AbortMultipartUpload": slow_down}
-    with FaultProxy(backend.endpoint_url, rules=rules, seed=7, max_consecutive=3, lifetime=300) as proxy:
+    faults = FaultPlan(rules, seed=7, max_consecutive=3)
+    with S3Network(backend.endpoint_url, NONE, faults=faults, lifetime=300) as proxy:
         options = dataclasses.replace(backend.options, endpoint_url=proxy.endpoint_url, retry=QUICK,
                                       complete_transport=transport)
         job = Job.create(f"s3://{bucket}/t", mode="overwrite", s3=options, commit_threads=4)
@@ -76,12 +78,13 @@ def test_slowdowns_on_completes_deletes_and_aborts_are_absorbed_each_refused_req
         batch = replacing.DELETE_BATCH
         replacing.DELETE_BATCH = 4
         try:
-            before = dict(proxy.requests)
+            before = proxy.requests()
             report = job.commit(refs)
         finally:
             replacing.DELETE_BATCH = batch
-        sent = {k: proxy.requests[k] - before.get(k, 0) for k in rules}
-        refused = {k: proxy.faults[k][Fault.SLOW_DOWN] for k in rules}
+        after, faulted = proxy.requests(), proxy.faulted()
+        sent = {k: after[k] - before[k] for k in rules}
+        refused = {k: faulted[k][Fault.SLOW_DOWN] for k in rules}
     assert report.outcome is CommitOutcome.COMMITTED and report.files == 40
     assert report.deleted_objects == 30 and report.aborted_uploads == 30
     assert all(refused[k] > 0 for k in rules), refused

@@ -44,7 +44,7 @@ from mpcommit.sizing import (
     plan_part_sizes,
 )
 from tests.support.checks import pending_uploads, read_object
-from tests.support.fault_proxy import Fault, FaultProxy, FaultRule
+from tests.support.s3_network import NONE, Fault, FaultPlan, FaultRule, S3Network
 from tests.support.invariants import (
     bucket_state,
     check_aborted,
@@ -404,16 +404,16 @@ def test_unknown_credentials_are_a_clear_error_and_not_retried(backend):
     the status says it and one listing is asked why: both are refused at once, naming the unknown access key."""
     bucket = backend.new_bucket("mpc-host")
     rule = FaultRule(1.0, (Fault.INVALID_ACCESS_KEY,))
-    with FaultProxy(backend.endpoint_url, default=rule) as proxy:
+    with S3Network(backend.endpoint_url, NONE, faults=FaultPlan(default=rule)) as proxy:
         options = dataclasses.replace(backend.options, endpoint_url=proxy.endpoint_url, retry=IMPATIENT)
         # HeadBucket: a bare 403; one listing, which has a body, tells why.
         with pytest.raises(InvalidCredentialsError, match=r"head_bucket .* was refused \(403.*access key id is unknown"):
             Job.create(f"s3://{bucket}/t", s3=options)
-        assert proxy.total_requests == 2  # refused credentials are not worth retrying
-        proxy.configure(rules={"HeadBucket": FaultRule(0.0)}, default=rule)
+        assert proxy.requests().total() == 2  # refused credentials are not worth retrying
+        proxy.set_faults(FaultPlan({"HeadBucket": FaultRule(0.0)}, default=rule))
         with pytest.raises(InvalidCredentialsError, match="put_object .* access key id is unknown") as info:
             Job.create(f"s3://{bucket}/t", s3=options)
-        assert proxy.total_requests == 4
+        assert proxy.requests().total() == 4
     assert info.value.code == "InvalidAccessKeyId"
     assert backend.client.list_objects_v2(Bucket=bucket).get("KeyCount") == 0
 
@@ -425,13 +425,14 @@ def test_a_permission_missing_for_deletes_keeps_the_old_data_whole(backend):
     c = backend.client
     bucket = backend.new_bucket("mpc-host")
     c.put_object(Bucket=bucket, Key="t/old.txt", Body=b"old\n")
-    with FaultProxy(backend.endpoint_url, rules={"DeleteObjects": FaultRule(1.0, (Fault.ACCESS_DENIED,))}) as proxy:
+    faults = FaultPlan({"DeleteObjects": FaultRule(1.0, (Fault.ACCESS_DENIED,))})
+    with S3Network(backend.endpoint_url, NONE, faults=faults) as proxy:
         options = dataclasses.replace(backend.options, endpoint_url=proxy.endpoint_url, retry=IMPATIENT)
         job = Job.create(f"s3://{bucket}/t", mode="overwrite", s3=options, job_id=JOB)
         ref = good_attempt(job)
         with pytest.raises(CommitStateUnknownError, match="(?s)delete_objects.*AccessDenied.*recover"):
             job.commit([ref])
-        assert proxy.requests["DeleteObjects"] == 1
+        assert proxy.requests()["DeleteObjects"] == 1
     assert read_object(c, bucket, "t/old.txt") == b"old\n"
     assert read_object(c, bucket, f"t/dt=1/part-00000-{JOB}.c000.txt") == b"good\n"
     recover(job.destination, s3=backend.options)

@@ -26,7 +26,7 @@ from mpcommit.protocol.recovery import recover
 from mpcommit.sizing import crc32_b64
 from mpcommit.store.s3 import CompletedPart, S3Store, store_for
 from tests.support.checks import all_keys, read_object
-from tests.support.fault_proxy import Fault, FaultProxy, FaultRule
+from tests.support.s3_network import NONE, Fault, FaultPlan, FaultRule, S3Network
 from tests.support.servers import free_port
 
 OWNER = "111122223333"
@@ -160,12 +160,12 @@ def _every_store_operation(store: S3Store, bucket: str) -> None:
 def test_encryption_and_owner_headers_are_on_the_wire(backend):
     """The same, seen by the proxy as HTTP headers: every request names the bucket owner; every write that
     creates an object asks for encryption."""
-    with FaultProxy(backend.endpoint_url, record_headers=True) as proxy:
+    with S3Network(backend.endpoint_url, NONE, record_headers=True) as proxy:
         options = _with_backend(backend, SSE_KMS, endpoint_url=proxy.endpoint_url)
         bucket = backend.new_bucket("mpc-sec")
         job = Job.create(f"s3://{bucket}/t", s3=options)
         job.commit([_stage_and_write(job, 0)])
-        seen = list(proxy.headers)
+        seen = proxy.headers()
     assert seen
     for cls, headers in seen:
         assert headers.get("x-amz-expected-bucket-owner") == OWNER, cls
@@ -183,13 +183,13 @@ def test_sse_c_headers_are_on_the_wire_of_every_request_that_reads_or_writes_an_
     import hashlib
 
     key = bytes(range(32))
-    with FaultProxy(backend.endpoint_url, record_headers=True) as proxy:
+    with S3Network(backend.endpoint_url, NONE, record_headers=True) as proxy:
         options = _with_backend(backend, SSE_C, endpoint_url=proxy.endpoint_url)
         bucket = backend.new_bucket("mpc-sec")
         job = Job.create(f"s3://{bucket}/t", s3=options)
         job.commit([_stage_and_write(job, 0), _stage_and_write(job, 1)])
         assert type(job.store.completer()).__name__ == "CrtCompleter"
-        seen = list(proxy.headers)
+        seen = proxy.headers()
     encrypted = {"PutObject", "GetObject", "HeadObject", "CreateMultipartUpload", "UploadPart",
                  "CompleteMultipartUpload", "CopyObject", "UploadPartCopy", "ListParts"}
     assert {"CompleteMultipartUpload", "PutObject", "UploadPart", "CopyObject"} <= {cls for cls, _h in seen}
@@ -262,15 +262,17 @@ def test_credentials_never_appear_in_records_success_logs_or_errors(moto_backend
         with pytest.raises(Exception) as info:
             action()
         errors.append(info.value)
-    with FaultProxy(backend.endpoint_url, default=FaultRule(1.0, (Fault.INVALID_ACCESS_KEY,)), record_headers=True) as proxy:
+    refused = FaultPlan(default=FaultRule(1.0, (Fault.INVALID_ACCESS_KEY,)))
+    with S3Network(backend.endpoint_url, NONE, faults=refused, record_headers=True) as proxy:
         with pytest.raises(MpcommitError) as info:
             Job.create(uri, mode="append", s3=dataclasses.replace(options, endpoint_url=proxy.endpoint_url))
         errors.append(info.value)
-        wire = [str(h) for _c, h in proxy.headers]
+        wire = [str(h) for _c, h in proxy.headers()]
 
     # The paths that log: aborts that fail (writer and task), unreadable manifests (commit, abort), an unreadable
     # job descriptor (list_jobs). Their messages carry S3 errors and keys -- never credentials.
-    with FaultProxy(backend.endpoint_url, rules={"AbortMultipartUpload": FaultRule(1.0, (Fault.INVALID_ACCESS_KEY,))}) as proxy:
+    aborts_refused = FaultPlan({"AbortMultipartUpload": FaultRule(1.0, (Fault.INVALID_ACCESS_KEY,))})
+    with S3Network(backend.endpoint_url, NONE, faults=aborts_refused) as proxy:
         failing = Job.create(f"s3://{bucket}/u", s3=dataclasses.replace(options, endpoint_url=proxy.endpoint_url))
         with pytest.raises(RuntimeError):
             _stage_and_write(failing, 0, fail=True)

@@ -27,7 +27,6 @@ from tests.reliability.scene import (
     run_job_in_process,
     small_delete_batches,
 )
-from tests.support.fault_proxy import Fault, FaultProxy, FaultRule
 from tests.support.invariants import (
     bucket_state,
     check_aborted,
@@ -38,6 +37,7 @@ from tests.support.invariants import (
     check_same_result,
     dataset,
 )
+from tests.support.s3_network import NONE, Fault, FaultPlan, FaultRule, S3Network
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,16 @@ PATIENT = RetryPolicy(max_attempts=8, initial_delay=0.002, max_delay=0.02)
 IMPATIENT = RetryPolicy(max_attempts=3, initial_delay=0.001, max_delay=0.005)
 
 
-def through(proxy: FaultProxy, backend, retry: RetryPolicy):
+def faulty(backend, faults: FaultPlan) -> S3Network:
+    """A proxy in front of the backend that injects these faults and shapes nothing."""
+    return S3Network(backend.endpoint_url, NONE, faults=faults, lifetime=300)
+
+
+def injected(proxy: S3Network) -> int:
+    return sum(kinds.total() for kinds in proxy.faulted().values())
+
+
+def through(proxy: S3Network, backend, retry: RetryPolicy):
     return dataclasses.replace(backend.options, endpoint_url=proxy.endpoint_url, retry=retry)
 
 
@@ -70,11 +79,11 @@ def test_twenty_percent_faults_on_every_request_class_give_the_identical_dataset
     before = bucket_state(scene.client, scene.bucket)
     # At most 4 faults in a row for one request: with 8 attempts the job must get through, whatever the
     # interleaving of threads; the rate stays ~20%.
-    with FaultProxy(backend.endpoint_url, default=FaultRule(0.2), seed=SEED, max_consecutive=4, lifetime=300) as proxy:
+    with faulty(backend, FaultPlan(default=FaultRule(0.2), seed=SEED, max_consecutive=4)) as proxy:
         options = through(proxy, backend, PATIENT)
         report = run_job_in_process(scene, options=options, tasks=BIG_JOB_TASKS)
         summary = proxy.summary()
-        requests, faults = proxy.total_requests, proxy.total_faults
+        requests, faults = proxy.requests().total(), injected(proxy)
     expected = plan.expected({t: 0 for t in range(BIG_JOB_TASKS)})
     assert set(report.filenames) == set(expected)
     check_committed(scene.client, scene.bucket, "t", plan.JOB_ID, expected)
@@ -96,6 +105,7 @@ def test_twenty_percent_faults_on_every_request_class_give_the_identical_dataset
 @pytest.mark.parametrize("backend_name, kinds", [
     pytest.param("moto", (Fault.DROP_AFTER,), id="moto-applied-answer-lost"),
     pytest.param("localstack", (Fault.DROP_AFTER,), marks=pytest.mark.localstack, id="localstack-applied-answer-lost"),
+    pytest.param("versitygw", (Fault.DROP_AFTER,), marks=pytest.mark.versitygw, id="versitygw-applied-answer-lost"),
     pytest.param("moto", (Fault.SLOW_DOWN, Fault.INTERNAL_ERROR, Fault.DROP), id="moto-not-applied"),
 ])
 def test_every_request_failing_once_gives_the_identical_dataset(request, backend_name, kinds):
@@ -104,9 +114,9 @@ def test_every_request_failing_once_gives_the_identical_dataset(request, backend
     backend = request.getfixturevalue(f"{backend_name}_backend")
     scene = make_scene(backend)
     before = bucket_state(scene.client, scene.bucket)
-    with FaultProxy(backend.endpoint_url, default=FaultRule(1.0, kinds), seed=SEED, max_consecutive=1) as proxy:
+    with faulty(backend, FaultPlan(default=FaultRule(1.0, kinds), seed=SEED, max_consecutive=1)) as proxy:
         run_job_in_process(scene, options=through(proxy, backend, PATIENT))
-        assert proxy.total_faults * 2 == proxy.total_requests  # every request failed exactly once
+        assert injected(proxy) * 2 == proxy.requests().total()  # every request failed exactly once
     check_identical_to_uninterrupted(scene, before)
 
 
@@ -114,16 +124,17 @@ def test_retries_exhausted_while_uploading_parts_aborts_the_attempt_and_says_so(
     backend = moto_backend
     scene = make_scene(backend)
     visible = dataset(scene.client, scene.bucket, "t")
-    with FaultProxy(backend.endpoint_url, rules={"UploadPart": FaultRule(1.0)}, seed=SEED) as proxy:
+    with faulty(backend, FaultPlan({"UploadPart": FaultRule(1.0)}, seed=SEED)) as proxy:
         options = through(proxy, backend, IMPATIENT)
         job = Job.create(scene.uri, mode="overwrite", s3=options, writer=plan.SMALL_PARTS, job_id=plan.JOB_ID)
         with pytest.raises(RetriesExhaustedError, match=r"upload_part s3://.* still failed after 3 attempts") as info:
             plan.write_attempt(job.spec, 0, 0)
-        assert proxy.faults["UploadPart"] and not proxy.faults["AbortMultipartUpload"]
+        faulted = proxy.faulted()
+        assert faulted["UploadPart"] and not faulted["AbortMultipartUpload"]
+        check_not_visible(scene.client, scene.bucket, "t", plan.JOB_ID, before=visible)
+        job.abort()  # through the proxy, which faults only parts
     assert info.value.code in ("SlowDown", "InternalError", "ConnectionError", "503", "500")
     assert isinstance(info.value.__cause__, Exception)  # the last transient failure is chained
-    check_not_visible(scene.client, scene.bucket, "t", plan.JOB_ID, before=visible)
-    job.abort()
     check_aborted(scene.client, scene.bucket, "t", plan.JOB_ID, before=visible)
 
 
@@ -136,10 +147,10 @@ def test_retries_exhausted_while_completing_says_so_shows_nothing_partial_and_re
     before = bucket_state(scene.client, scene.bucket)
     visible = dataset(scene.client, scene.bucket, "t")
     rules = {"CompleteMultipartUpload": FaultRule(1.0, NOT_APPLIED)}
-    with FaultProxy(backend.endpoint_url, rules=rules, seed=SEED) as proxy:
+    with faulty(backend, FaultPlan(rules, seed=SEED)) as proxy:
         with pytest.raises(CommitStateUnknownError, match="recover") as info:
             run_job_in_process(scene, options=through(proxy, backend, IMPATIENT))
-        completes = proxy.requests["CompleteMultipartUpload"]
+        completes = proxy.requests()["CompleteMultipartUpload"]
     cause = info.value.__cause__
     assert isinstance(cause, RetriesExhaustedError), repr(cause)
     assert "still failed after 3 attempts" in str(cause) and "still failed after 3 attempts" in str(info.value)
@@ -161,7 +172,7 @@ def test_completes_applied_but_never_answered_leave_an_unknown_outcome_that_reco
     scene = make_scene(backend)
     before = bucket_state(scene.client, scene.bucket)
     rules = {"CompleteMultipartUpload": FaultRule(1.0, (Fault.DROP_AFTER,))}
-    with FaultProxy(backend.endpoint_url, rules=rules, seed=SEED) as proxy:
+    with faulty(backend, FaultPlan(rules, seed=SEED)) as proxy:
         with pytest.raises(CommitStateUnknownError, match="recover") as info:
             run_job_in_process(scene, options=through(proxy, backend, IMPATIENT))
     assert isinstance(info.value.__cause__, RetriesExhaustedError)
@@ -180,8 +191,8 @@ def test_an_unavailable_store_fails_job_creation_with_a_clear_error_and_writes_n
     backend = moto_backend
     scene = make_scene(backend)
     before = bucket_state(scene.client, scene.bucket)
-    with FaultProxy(backend.endpoint_url, default=FaultRule(1.0, (Fault.SLOW_DOWN,)), seed=SEED) as proxy:
+    with faulty(backend, FaultPlan(default=FaultRule(1.0, (Fault.SLOW_DOWN,)), seed=SEED)) as proxy:
         with pytest.raises(RetriesExhaustedError, match=r"head_bucket s3://mpc-rel-\w+ still failed after 3 attempts.*slow down"):
             Job.create(scene.uri, s3=through(proxy, backend, IMPATIENT))
-        assert proxy.total_requests == 3
+        assert proxy.requests().total() == 3
     assert bucket_state(scene.client, scene.bucket) == before

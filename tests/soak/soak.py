@@ -46,7 +46,7 @@ from typing import Any
 
 from tests.support.cluster_apps import DriverApp, cli
 from tests.soak.checker import COMPACTION_RECOVERY_STUCK, JobLog, Reader, check, check_order_model
-from tests.support.fault_proxy import FaultProxy, FaultRule
+from tests.support.s3_network import NONE, FaultPlan, FaultRule, S3Network
 from tests.support.spark_cluster import StandaloneCluster
 
 REPO = Path(__file__).resolve().parents[2]
@@ -88,37 +88,6 @@ class Settings:
     clash_after: float = 6.0
 
 
-class SoakProxy(FaultProxy):
-    """The fault proxy, plus latency spikes: a share of requests waits up to ``spike_max`` seconds first."""
-
-    def __init__(self, upstream: str, *, spike_rate: float, spike_max: float, seed: int, **kw: Any):
-        super().__init__(upstream, seed=seed, **kw)
-        self.spike_rate, self.spike_max = spike_rate, spike_max
-        self._spikes = random.Random(seed)
-        self.spikes = 0
-        self.spike_seconds = 0.0
-
-    def start(self) -> "SoakProxy":
-        super().start()
-        # Drivers are SIGKILLed mid-request: their connections reset. That is the point, not worth a traceback.
-        self._server.handle_error = lambda request, address: None  # type: ignore[union-attr, method-assign]
-        return self
-
-    def configure_spikes(self, rate: float) -> None:
-        self.spike_rate = rate
-
-    def _decide(self, request_class: str, signature: str) -> Any:
-        fault = super()._decide(request_class, signature)
-        with self._lock:
-            delay = self._spikes.uniform(0.2, self.spike_max) if self._spikes.random() < self.spike_rate else 0.0
-            if delay:
-                self.spikes += 1
-                self.spike_seconds += delay
-        if delay:
-            time.sleep(delay)  # in this request's handler thread only
-        return fault
-
-
 @dataclass
 class SparkWrite:
     run: str
@@ -143,9 +112,11 @@ class Soak:
         self.dir = workdir
         self.cluster = cluster
         self.rng = random.Random(settings.seed)
-        self.proxy = SoakProxy(upstream, default=FaultRule(settings.fault_rate), seed=settings.seed,
-                               spike_rate=settings.spike_rate, spike_max=settings.spike_max,
-                               max_consecutive=3, lifetime=settings.seconds + 3600, max_faults=None)
+        # The fault proxy, plus latency spikes: a share of requests waits up to ``spike_max`` seconds first.
+        faults = FaultPlan(default=FaultRule(settings.fault_rate), seed=settings.seed, max_consecutive=3,
+                           max_faults=None, spike_rate=settings.spike_rate, spike_max=settings.spike_max)
+        self.proxy = S3Network(upstream, NONE, faults=faults, lifetime=settings.seconds + 3600)
+        self.proxy_stats: dict[str, Any] = {}
         self.stopping = threading.Event()
         self.lock = threading.Lock()
         self.kills: Counter[str] = Counter()
@@ -509,8 +480,7 @@ class Soak:
     def _finish(self) -> dict[str, Any]:
         # Drivers have stopped: the last round sees them all ended; then no more faults for the cleanup.
         self._check_round(self.jobs())
-        self.proxy.configure(default=None)
-        self.proxy.configure_spikes(0.0)
+        self.proxy.set_faults(None)
         for dest in DESTS:
             self._recover(dest, "0s")
             done = cli(self.endpoint, "uploads", "abort", f"s3://{self.bucket}/{dest}", "--older-than", "0s", "--yes",
@@ -546,6 +516,7 @@ class Soak:
             self.notes[k] = n
         if self.violations:
             self._forensics(snap)
+        self.proxy_stats = self.proxy.stats()
         self.proxy.stop()
         return self.report(jobs)
 
@@ -576,19 +547,19 @@ class Soak:
                     py_files += e["files"]
                 elif e["ev"] == "self_kill":
                     self.kills[f"python driver, by itself at {e['point']}"] += 1
-        faults = Counter()
-        for cls in self.proxy.faults.values():
-            for kind, count in cls.items():
-                faults[kind.name] += count
+        injected = self.proxy_stats["faults"]
+        faults: Counter[str] = Counter()
+        for kinds in injected["faults"].values():
+            faults.update(kinds)
         return {
             "settings": asdict(self.s),
             "seconds": round(time.time() - self.started, 1),
             "jobs": {kind: dict(c) for kind, c in fates.items()},
             "modes": dict(modes),
             "files committed": {"python": py_files, "spark": self.ops["spark files committed"]},
-            "requests": self.proxy.total_requests,
+            "requests": self.proxy_stats["totals"]["requests"],
             "faults": dict(faults),
-            "latency spikes": {"count": self.proxy.spikes, "seconds": round(self.proxy.spike_seconds, 1)},
+            "latency spikes": {"count": injected["spikes"], "seconds": round(injected["spike_seconds"], 1)},
             "kills": dict(self.kills),
             "operations": dict(self.ops),
             "checker rounds": self.rounds + 1,

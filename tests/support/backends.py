@@ -27,9 +27,13 @@ DEFAULT_BACKENDS = ("moto", "localstack", "versitygw")
 #: Where ``backend`` tests run on the Go servers too: folders under tests/ ("" for the files directly in it) and
 #: single files. The rest (spark, catalog, connect, cluster, most of reliability) stay on moto and LocalStack, where
 #: they test mpcommit's own logic rather than the store; the fault matrix and tests/interop pick their own subsets.
-#: reliability's table-order, concurrency and interrupted-commit tests are here: they rest on conditional writes.
+#: reliability's table-order, concurrency and interrupted-commit tests are here: they rest on conditional writes;
+#: so are the commit window's and the transient faults' tests, through the one proxy (tests/support/s3_network.py,
+#: which keeps the client's SigV4 signature valid): how a store answers a re-sent complete, delete or abort is the
+#: store's behaviour.
 GO_SERVER_TIERS = frozenset({"", "protocol", "compaction", "cli", "stores", "reliability/test_table_order.py",
-                             "reliability/test_concurrency.py", "reliability/test_interrupted_commit.py"})
+                             "reliability/test_concurrency.py", "reliability/test_interrupted_commit.py",
+                             "reliability/test_commit_window.py", "reliability/test_transient_faults.py"})
 
 ACCESS_KEY_ID = "test"
 SECRET_ACCESS_KEY = "test"

@@ -1,16 +1,21 @@
-"""An S3-like network for the benchmarks and for the tests that need S3's latency to find a race: an HTTP proxy in
-front of the local S3 server that holds every answer for a per-operation latency, caps each connection's
-bandwidth, and counts requests and bytes per S3 operation. It lives in tests/support, the one library of test
-infrastructure, beside the fault proxy (fault_proxy.py, whose classifier it shares); bench/ imports it from here.
+"""The one HTTP proxy the tests and benchmarks put in front of an S3 server: an S3-like network, and faults.
 
-A loopback server answers in microseconds; S3 answers in tens of milliseconds, and that changes which design
-wins (parts in flight, commit threads). ``tc netem`` on a veth pair would be the other way to get there, but
-this machine's kernel has no netem qdisc (``CONFIG_NET_SCH_NETEM`` is not set; only tbf and htb are built in),
-and netem delays packets, not S3 operations: it cannot give CompleteMultipartUpload 80 ms and a HEAD 30 ms.
+It lives in tests/support, the one library of test infrastructure; bench/ imports it from here (tests never import
+bench). The proxy runs in a process of its own (an asyncio event loop, one upstream connection per client
+connection), so its CPU shows up apart from the client's and the server's (``S3Network.cpu_seconds()``);
+BENCHMARKS.md states what it costs on raw throughput. It forwards each request
+as the client sent it -- method, path and query exactly as received, every header as it came, the Host header
+included, the body byte for byte -- so that a server that checks SigV4 signatures (versitygw) accepts what passed
+through it: the client signs the host it connects to (the proxy's ``127.0.0.1:port``), and that Host header is what
+the server sees. One header is taken out: ``Expect: 100-continue``, which the proxy answers itself (no SigV4 signer
+signs it: botocore, the CRT and the AWS SDKs leave it out). Every request is classified by its S3 operation
+(:func:`classify`: ``UploadPart``, ``CompleteMultipartUpload``, ``ListObjectsV2``, ...), and then:
 
-The proxy runs in its own process (an asyncio event loop, one upstream connection per client connection), so
-its CPU shows up apart from the client's and the server's (``S3Network.cpu_seconds()``); BENCHMARKS.md states
-what it costs on raw throughput. Shaping, per request:
+**The S3-like network** (a :class:`NetworkProfile`; :data:`NONE` forwards and counts only). A loopback server
+answers in microseconds; S3 answers in tens of milliseconds, and that changes which design wins (parts in flight,
+commit threads). ``tc netem`` on a veth pair would be the other way to get there, but this machine's kernel has no
+netem qdisc (``CONFIG_NET_SCH_NETEM`` is not set; only tbf and htb are built in), and netem delays packets, not S3
+operations: it cannot give CompleteMultipartUpload 80 ms and a HEAD 30 ms. Shaping, per request:
 
 - the answer's first byte leaves no earlier than ``latency(operation)`` after the request's last byte arrived
   (a floor, not an addition: the local server's own time counts only where it is longer; such answers are
@@ -24,18 +29,34 @@ what it costs on raw throughput. Shaping, per request:
 Every parameter of the profiles below, and where its figure comes from, is in :data:`SOURCES` (BENCHMARKS.md
 prints that table from it).
 
+**Faults** (a :class:`FaultPlan`, none by default): at the rate its :class:`FaultRule` sets for the request's
+class, a request is answered with a :class:`Fault` instead of being forwarded -- ``SLOW_DOWN`` (503),
+``INTERNAL_ERROR`` (500), ``INVALID_ACCESS_KEY`` and ``ACCESS_DENIED`` (403, as S3 answers unknown credentials and
+a missing permission), ``DROP`` (the connection closed before the request reaches the server) -- or ``DROP_AFTER``:
+forwarded and applied, then the connection closed without an answer (the client cannot tell whether its request
+took effect). Decisions are deterministic for a seed: whether the n-th occurrence of a request is faulted is a hash
+of the seed, the request (method, key, query without the random upload id) and n -- not of the order in which
+threads happen to send requests. A plan is bounded (``max_faults`` in all, at most ``max_consecutive`` faults in a
+row for one request) and may also delay a share of requests by a latency spike (``spike_rate``). A faulted
+answer leaves after the profile's round trip, as a throttled one does.
+
 Counting, per operation: requests, request and response body bytes, bytes copied server-side (the copy-source
-range, or an unsigned HEAD of the copy source when the request names no range), error answers, late answers.
-The counters are served under ``/__proxy/`` (no bucket can be named so: bucket names have no underscores):
+range, or an unsigned HEAD of the copy source when the request names no range), error answers, late answers,
+throttled requests, and the faults injected by kind. With ``record_headers`` the proxy also keeps every request's
+headers, so that a test can see what the client really sent (encryption and bucket-owner headers). All of it is
+served under ``/__proxy/`` (no bucket can be named so: bucket names have no underscores):
 
     GET /__proxy/stats      the counters (JSON)           POST /__proxy/reset     zero them; answers the old ones
     GET /__proxy/profile    the shaping in force          PUT  /__proxy/profile   replace it (JSON body)
+    GET /__proxy/faults     the fault plan in force       PUT  /__proxy/faults    replace it (JSON body, or null)
+    GET /__proxy/headers    the requests' headers, when recorded
 
-and written to ``--stats-file`` when the proxy stops. Run it by hand with::
+and the counters are written to ``--stats-file`` when the proxy stops. Run it by hand with::
 
     python -m tests.support.s3_network --upstream http://127.0.0.1:4566 --profile s3 [--port 0] [--stats-file f.json]
 
-or from Python with :class:`S3Network` (``with S3Network(upstream, S3_LIKE) as net: net.endpoint_url``).
+or from Python with :class:`S3Network`: ``with S3Network(upstream, S3_LIKE) as net: net.endpoint_url`` for the
+network, ``S3Network(upstream, NONE, faults=FaultPlan(default=FaultRule(0.2), seed=7))`` for faults alone.
 """
 
 from __future__ import annotations
@@ -43,6 +64,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import enum
+import hashlib
 import html
 import json
 import os
@@ -53,6 +76,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,14 +87,61 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:  # run as a script or as a subprocess from elsewhere
     sys.path.insert(0, str(REPO_ROOT))
 
-from tests.support.fault_proxy import classify  # noqa: E402 - the one S3 operation classifier of the project
-
-__all__ = ["LEGACY_2026_11", "NONE", "S3_COLD", "S3_LIKE", "SOURCES", "NetworkProfile", "S3Network", "ThrottleRule",
-           "TokenBuckets", "delete_keys", "parse_rate", "parse_seconds", "partition_of", "per_file", "request_tokens"]
+__all__ = ["LEGACY_2026_11", "NONE", "REQUEST_CLASSES", "S3_COLD", "S3_LIKE", "SOURCES", "TRANSIENT", "Fault",
+           "FaultDecider", "FaultPlan", "FaultRule", "NetworkProfile", "S3Network", "ThrottleRule", "TokenBuckets",
+           "classify", "delete_keys", "parse_rate", "parse_seconds", "partition_of", "per_file", "request_signature",
+           "request_tokens"]
 
 CONTROL_PREFIX = "/__proxy/"
 CHUNK = 256 * 1024
 COPY_OPERATIONS = ("CopyObject", "UploadPartCopy")
+
+
+# ---------------------------------------------------------------- the classifier
+REQUEST_CLASSES = (
+    "HeadBucket", "HeadObject", "GetObject", "ListObjectsV2", "ListObjects", "ListMultipartUploads", "ListParts",
+    "PutObject", "CopyObject", "CreateMultipartUpload", "UploadPart", "UploadPartCopy", "CompleteMultipartUpload",
+    "AbortMultipartUpload", "DeleteObject", "DeleteObjects", "CreateBucket", "DeleteBucket", "BucketConfig", "Other",
+)
+
+
+def classify(method: str, path: str, query: Mapping[str, str], headers: Mapping[str, str]) -> str:
+    """The S3 operation of a path-style request (one of :data:`REQUEST_CLASSES`)."""
+    segments = path.lstrip("/").split("/", 1)
+    has_key = len(segments) == 2 and segments[1] != ""
+    copy = "x-amz-copy-source" in {h.lower() for h in headers}
+    if method == "HEAD":
+        return "HeadObject" if has_key else "HeadBucket"
+    if method == "GET":
+        if "uploads" in query:
+            return "ListMultipartUploads"
+        if "uploadId" in query:
+            return "ListParts"
+        if has_key:
+            return "GetObject"
+        if query.get("list-type") == "2":
+            return "ListObjectsV2"
+        if set(query) - {"prefix", "marker", "delimiter", "max-keys", "encoding-type"}:
+            return "BucketConfig"
+        return "ListObjects"
+    if method == "PUT":
+        if "partNumber" in query and "uploadId" in query:
+            return "UploadPartCopy" if copy else "UploadPart"
+        if has_key:
+            return "CopyObject" if copy else "PutObject"
+        return "BucketConfig" if query else "CreateBucket"
+    if method == "POST":
+        if "uploads" in query:
+            return "CreateMultipartUpload"
+        if "uploadId" in query:
+            return "CompleteMultipartUpload"
+        if "delete" in query:
+            return "DeleteObjects"
+    if method == "DELETE":
+        if "uploadId" in query:
+            return "AbortMultipartUpload"
+        return "DeleteObject" if has_key else ("BucketConfig" if query else "DeleteBucket")
+    return "Other"
 
 
 # ---------------------------------------------------------------- the shaping
@@ -271,6 +342,169 @@ def parse_rate(text: str) -> float | None:
     return float(m.group(1)) * unit
 
 
+# ---------------------------------------------------------------- the faults (pure)
+class Fault(enum.Enum):
+    """What the proxy does to a request instead of answering it as the server did."""
+
+    SLOW_DOWN = "503 SlowDown"
+    INTERNAL_ERROR = "500 InternalError"
+    DROP = "dropped before the server"
+    DROP_AFTER = "dropped after the server applied it"
+    INVALID_ACCESS_KEY = "403 InvalidAccessKeyId"
+    ACCESS_DENIED = "403 AccessDenied"
+
+
+#: The faults a client's retries should get through: throttling, internal errors, lost connections.
+TRANSIENT = (Fault.SLOW_DOWN, Fault.INTERNAL_ERROR, Fault.DROP, Fault.DROP_AFTER)
+
+
+@dataclass(frozen=True)
+class FaultRule:
+    """Fault ``rate`` (0..1) of the requests of one class, drawing the kind of fault from ``kinds``."""
+
+    rate: float
+    kinds: tuple[Fault, ...] = TRANSIENT
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.rate <= 1.0 or not self.kinds:
+            raise ValueError("FaultRule needs 0 <= rate <= 1 and at least one kind")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rate": self.rate, "kinds": [k.name for k in self.kinds]}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "FaultRule":
+        return cls(float(data["rate"]), tuple(Fault[k] for k in data["kinds"]))
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    """Which requests the proxy faults: ``rules`` by request class (:data:`REQUEST_CLASSES`), ``default`` for the
+    classes not named (``None``: no fault). Deterministic for a ``seed``; at most ``max_faults`` faults in all
+    (``None``: no bound) and ``max_consecutive`` in a row for one request. Besides, ``spike_rate`` of all requests
+    wait a latency spike of 0.2 s to ``spike_max`` seconds before anything else happens to them."""
+
+    rules: Mapping[str, FaultRule] = field(default_factory=dict)
+    default: FaultRule | None = None
+    seed: int = 0
+    max_faults: int | None = 100_000
+    max_consecutive: int | None = None
+    spike_rate: float = 0.0
+    spike_max: float = 1.5
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.rules) - set(REQUEST_CLASSES))
+        if unknown:
+            raise ValueError(f"no such request class: {', '.join(unknown)} (see REQUEST_CLASSES)")
+        if not 0.0 <= self.spike_rate <= 1.0 or self.spike_max < SPIKE_MIN:
+            raise ValueError(f"FaultPlan needs 0 <= spike_rate <= 1 and spike_max >= {SPIKE_MIN}")
+
+    def rule_for(self, request_class: str) -> FaultRule | None:
+        return self.rules.get(request_class, self.default)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rules": {k: r.to_json() for k, r in self.rules.items()},
+                "default": self.default.to_json() if self.default else None, "seed": self.seed,
+                "max_faults": self.max_faults, "max_consecutive": self.max_consecutive,
+                "spike_rate": self.spike_rate, "spike_max": self.spike_max}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "FaultPlan":
+        return cls(rules={str(k): FaultRule.from_json(r) for k, r in (data.get("rules") or {}).items()},
+                   default=FaultRule.from_json(data["default"]) if data.get("default") else None,
+                   seed=int(data.get("seed", 0)), max_faults=data.get("max_faults", 100_000),
+                   max_consecutive=data.get("max_consecutive"), spike_rate=float(data.get("spike_rate", 0.0)),
+                   spike_max=float(data.get("spike_max", 1.5)))
+
+
+SPIKE_MIN = 0.2
+# Random parts of keys that would make decisions differ from run to run: mpcommit's per-attempt nonce
+# (``task-00001-a0-1f2e3d4c``). Upload ids are left out of signatures altogether.
+_VOLATILE = re.compile(r"(task-\d+-a\d+-)[0-9a-f]{8}")
+
+
+def request_signature(method: str, path: str, query: Mapping[str, str]) -> str:
+    """What makes two requests "the same request" for fault decisions, across retries and across runs: method, key
+    and query -- without the bucket (random per test), the upload id (random per server) and mpcommit's nonce."""
+    _bucket, _, key = path.lstrip("/").partition("/")
+    stable_query = "&".join(f"{k}={v}" for k, v in sorted(query.items()) if k != "uploadId")
+    return _VOLATILE.sub(r"\1NONCE", f"{method} {key}?{stable_query}")
+
+
+class FaultDecider:
+    """A :class:`FaultPlan`'s decisions, request by request, and what they came to: faults per class and kind,
+    latency spikes. The n-th occurrence of a request is faulted when a hash of (seed, signature, n) falls below
+    its class's rate, within the plan's bounds. ``plan`` may be replaced between requests; what was seen stays."""
+
+    def __init__(self, plan: FaultPlan | None):
+        self.plan = plan
+        self.seen: Counter[str] = Counter()
+        self.streak: Counter[str] = Counter()
+        self.faults: dict[str, Counter[Fault]] = defaultdict(Counter)  # per class, per kind
+        self.total = 0
+        self.spikes = 0
+        self.spike_seconds = 0.0
+
+    def decide(self, request_class: str, signature: str) -> tuple[Fault | None, float]:
+        """The fault for this request (``None``: forward it) and the spike it waits first (seconds, often 0)."""
+        plan = self.plan
+        if plan is None:
+            return None, 0.0
+        self.seen[signature] += 1
+        digest = hashlib.sha256(f"{plan.seed}|{signature}|{self.seen[signature]}".encode()).digest()
+        spike = 0.0
+        if plan.spike_rate and int.from_bytes(digest[16:24], "big") / 2**64 < plan.spike_rate:
+            spike = SPIKE_MIN + (plan.spike_max - SPIKE_MIN) * int.from_bytes(digest[24:32], "big") / 2**64
+            self.spikes += 1
+            self.spike_seconds += spike
+        return self._fault(plan, request_class, signature, digest), spike
+
+    def _fault(self, plan: FaultPlan, request_class: str, signature: str, digest: bytes) -> Fault | None:
+        rule = plan.rule_for(request_class)
+        if rule is None or rule.rate <= 0:
+            self.streak[signature] = 0
+            return None
+        if plan.max_faults is not None and self.total >= plan.max_faults:
+            return None
+        if plan.max_consecutive is not None and self.streak[signature] >= plan.max_consecutive:
+            self.streak[signature] = 0
+            return None
+        if int.from_bytes(digest[:8], "big") / 2**64 >= rule.rate:
+            self.streak[signature] = 0
+            return None
+        fault = rule.kinds[digest[8] % len(rule.kinds)]
+        self.streak[signature] += 1
+        self.faults[request_class][fault] += 1
+        self.total += 1
+        return fault
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"plan": self.plan.to_json() if self.plan else None,
+                "faults": {cls: {f.name: n for f, n in kinds.items()} for cls, kinds in sorted(self.faults.items())},
+                "spikes": self.spikes, "spike_seconds": self.spike_seconds}
+
+
+#: The answers of faults that refuse a request: status line, S3 error code and message.
+_REFUSALS = {
+    Fault.SLOW_DOWN: ("503 Slow Down", "SlowDown", "Please reduce your request rate."),
+    Fault.INTERNAL_ERROR: ("500 Internal Server Error", "InternalError",
+                           "We encountered an internal error. Please try again."),
+    Fault.INVALID_ACCESS_KEY: ("403 Forbidden", "InvalidAccessKeyId",
+                               "The AWS Access Key Id you provided does not exist in our records."),
+    Fault.ACCESS_DENIED: ("403 Forbidden", "AccessDenied", "Access Denied"),
+}
+
+
+def error_answer(fault: Fault, *, head: bool, keep: bool, extra: str = "") -> bytes:
+    """The bytes of an S3 error answer for a refusing fault; no body for a HEAD (its Content-Length 0)."""
+    status, code, message = _REFUSALS[fault]
+    body = (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code><Message>{message}</Message>{extra}'
+            "<RequestId>proxy</RequestId></Error>").encode()
+    close = "" if keep else "Connection: close\r\n"
+    return (f"HTTP/1.1 {status}\r\nContent-Type: application/xml\r\nx-amz-request-id: proxy\r\n"
+            f"Content-Length: {0 if head else len(body)}\r\n{close}\r\n").encode() + (b"" if head else body)
+
+
 # ---------------------------------------------------------------- the counters
 #: Per operation: requests; body bytes each way; bytes copied server-side (and copies whose size could not be
 #: learnt); error answers (>= 400); the latency configured for its requests in total (``latency_seconds``), how
@@ -415,7 +649,10 @@ class _Closed(Exception):
 
 
 class Proxy:
-    def __init__(self, upstream: str, profile: NetworkProfile):
+    """The proxy's event-loop side: one per process (see :class:`S3Network` for the side a test holds)."""
+
+    def __init__(self, upstream: str, profile: NetworkProfile, *, faults: FaultPlan | None = None,
+                 record_headers: bool = False):
         parts = urlsplit(upstream)
         if parts.scheme != "http" or not parts.hostname or not parts.port:
             raise ValueError(f"upstream must be http://host:port, got {upstream!r}")
@@ -423,10 +660,17 @@ class Proxy:
         self.profile = profile
         self.counters = Counters()
         self.buckets = TokenBuckets(profile.throttle) if profile.throttle else None
+        self.faults = FaultDecider(faults)
+        self.record_headers = record_headers
+        self.headers: list[tuple[str, dict[str, str]]] = []  # (request class, headers in lower case) when recorded
 
     def set_profile(self, profile: NetworkProfile) -> None:
         self.profile = profile
         self.buckets = TokenBuckets(profile.throttle) if profile.throttle else None
+
+    def snapshot(self) -> dict[str, Any]:
+        """The counters, with the faults injected (``faults``: the plan, per class and kind, and spikes)."""
+        return {**self.counters.snapshot(self.profile), "faults": self.faults.snapshot()}
 
     # ------------------------------------------------------------ per client connection
     async def client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -490,11 +734,27 @@ class Proxy:
                 body = await reader.readexactly(int(lower.get("content-length") or 0))
                 keys = len(delete_keys(body))
                 stats["keys"] += keys
+            if self.record_headers:
+                self.headers.append((op, dict(lower)))
+            fault, spike = None, 0.0
+            if self.faults.plan is not None:
+                fault, spike = self.faults.decide(op, request_signature(method, unquote(split.path), query))
+            if spike:
+                await asyncio.sleep(spike)
+            if fault in _REFUSALS:
+                stats["errors"] += 1
+                return await self._refuse(fault, method, profile, lower, reader, writer, body is not None, up_pace)
+            if fault is Fault.DROP:  # the request is read, never forwarded, and the connection closed
+                await _skip_body(lower, reader, body is not None, up_pace)
+                return False
             buckets = self.buckets if profile.throttle else None
             if buckets is not None and profile.throttle is not None:
                 kind, tokens = request_tokens(method, op, unquote(split.path), query, profile.throttle, body or b"")
                 if not buckets.admit(kind, tokens):
-                    return await self._slow_down(stats, profile, lower, reader, writer, body is not None, up_pace)
+                    stats["throttled"] += 1
+                    stats["errors"] += 1
+                    return await self._refuse(Fault.SLOW_DOWN, method, profile, lower, reader, writer,
+                                              body is not None, up_pace)
             sizing: asyncio.Task[int | None] | None = None
             copied = 0
             if op in COPY_OPERATIONS:
@@ -539,9 +799,11 @@ class Proxy:
                     await asyncio.sleep(wait)
                 else:
                     stats["late"] += 1
-            writer.write(response_head)
             rlower = {k.lower(): v for k, v in rheaders}
             close = "close" in rlower.get("connection", "").lower() or "close" in lower.get("connection", "").lower()
+            if fault is Fault.DROP_AFTER:  # the server applied it; its answer is read to the end and lost
+                writer, close = _Sink(), True  # type: ignore[assignment]
+            writer.write(response_head)
             if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
                 pass
             elif "chunked" in rlower.get("transfer-encoding", "").lower():
@@ -558,31 +820,22 @@ class Proxy:
         finally:
             c.in_flight -= 1
 
-    async def _slow_down(self, stats: dict[str, float], profile: NetworkProfile, lower: Mapping[str, str],
-                         reader: asyncio.StreamReader, writer: asyncio.StreamWriter, body_read: bool,
-                         up_pace: _Pace) -> bool:
-        """Answer 503 SlowDown as S3 does past its request rate, after the profile's round trip, without the
-        server. A body announced with ``Expect: 100-continue`` is refused unread and the connection closed (the
-        client never sends it); any other body is read and dropped, and the connection kept."""
+    async def _refuse(self, fault: Fault, method: str, profile: NetworkProfile, lower: Mapping[str, str],
+                      reader: asyncio.StreamReader, writer: asyncio.StreamWriter, body_read: bool,
+                      up_pace: _Pace) -> bool:
+        """Answer an error as S3 does past its request rate (or as a fault says), after the profile's round trip,
+        without the server. A body announced with ``Expect: 100-continue`` is refused unread and the connection
+        closed (the client never sends it); any other body is read and dropped, and the connection kept."""
         t0 = time.monotonic()
-        stats["throttled"] += 1
-        stats["errors"] += 1
-        keep = True
-        if not body_read:
-            if "100-continue" in lower.get("expect", "").lower():
-                keep = False
-            elif "chunked" in lower.get("transfer-encoding", "").lower():
-                await _relay_chunked(reader, _Sink(), up_pace)
-            else:
-                await _relay_exact(reader, _Sink(), int(lower.get("content-length") or 0), up_pace)  # type: ignore[arg-type]
+        keep = await _skip_body(lower, reader, body_read, up_pace)
         wait = t0 + profile.default - time.monotonic()
         if wait > 0:
             await asyncio.sleep(wait)
-        body = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code><Message>Please reduce your '
-                b"request rate.</Message><RequestId>proxy</RequestId></Error>")
-        writer.write(b"HTTP/1.1 503 Slow Down\r\nContent-Type: application/xml\r\nx-amz-request-id: proxy\r\n"
-                     + f"Content-Length: {len(body)}\r\n".encode() + (b"" if keep else b"Connection: close\r\n")
-                     + b"\r\n" + body)
+        extra = ""
+        if fault is Fault.INVALID_ACCESS_KEY:  # as S3 does: the refused access key id is echoed
+            match = re.search(r"Credential=([^/]+)/", lower.get("authorization", ""))
+            extra = f"<AWSAccessKeyId>{match.group(1) if match else ''}</AWSAccessKeyId>"
+        writer.write(error_answer(fault, head=method == "HEAD", keep=keep, extra=extra))
         await writer.drain()
         return keep
 
@@ -622,12 +875,26 @@ class Proxy:
         path = urlsplit(target).path[len(CONTROL_PREFIX):].strip("/")
         status, answer = 200, None
         if path == "stats" and method == "GET":
-            answer = self.counters.snapshot(self.profile)
+            answer = self.snapshot()
         elif path == "reset" and method == "POST":
-            # Counters and the rate limit's buckets alike: each benchmark run starts from rested partitions.
-            answer = self.counters.snapshot(self.profile)
+            # Counters, the rate limit's buckets and the faults' history alike: each benchmark run starts from
+            # rested partitions, each test from the first occurrence of every request.
+            answer = self.snapshot()
             self.counters.reset()
             self.set_profile(self.profile)
+            self.faults = FaultDecider(self.faults.plan)
+            self.headers = []
+        elif path == "faults" and method == "GET":
+            answer = self.faults.plan.to_json() if self.faults.plan else None
+        elif path == "faults" and method == "PUT":
+            try:
+                data = json.loads(body)
+                self.faults.plan = FaultPlan.from_json(data) if data else None
+                answer = data
+            except (ValueError, TypeError, KeyError) as exc:
+                status, answer = 400, {"error": str(exc)}
+        elif path == "headers" and method == "GET":
+            answer = self.headers
         elif path == "profile" and method == "GET":
             answer = self.profile.to_json()
         elif path == "profile" and method == "PUT":
@@ -664,13 +931,27 @@ def _drop_header(head: bytes, name: str) -> bytes:
 
 
 class _Sink:
-    """A writer that drops what it is given (the body of a request refused with 503)."""
+    """A writer that drops what it is given (the body of a refused request, the answer of a dropped one)."""
 
     def write(self, data: bytes) -> None:
         pass
 
     async def drain(self) -> None:
         pass
+
+
+async def _skip_body(lower: Mapping[str, str], reader: asyncio.StreamReader, body_read: bool, pace: _Pace) -> bool:
+    """Read and drop a request's body, unless it was read already or waits for ``100 Continue`` (then the client
+    never sends it, and the connection cannot be kept: the answer is whether it can)."""
+    if body_read:
+        return True
+    if "100-continue" in lower.get("expect", "").lower():
+        return False
+    if "chunked" in lower.get("transfer-encoding", "").lower():
+        await _relay_chunked(reader, _Sink(), pace)  # type: ignore[arg-type]
+    else:
+        await _relay_exact(reader, _Sink(), int(lower.get("content-length") or 0), pace)  # type: ignore[arg-type]
+    return True
 
 
 async def _relay_exact(src: asyncio.StreamReader, dst: asyncio.StreamWriter, n: int, pace: _Pace) -> None:
@@ -715,7 +996,8 @@ async def _relay_to_eof(src: asyncio.StreamReader, dst: asyncio.StreamWriter, pa
 
 # ---------------------------------------------------------------- the process
 async def _serve(args: argparse.Namespace, profile: NetworkProfile) -> None:
-    proxy = Proxy(args.upstream, profile)
+    faults = FaultPlan.from_json(json.loads(args.faults_json)) if args.faults_json else None
+    proxy = Proxy(args.upstream, profile, faults=faults, record_headers=args.record_headers)
     server = await asyncio.start_server(proxy.client, "127.0.0.1", args.port, limit=1 << 20)
     port = server.sockets[0].getsockname()[1]
     print(f"listening http://127.0.0.1:{port}", flush=True)
@@ -744,7 +1026,7 @@ async def _serve(args: argparse.Namespace, profile: NetworkProfile) -> None:
     watcher.cancel()
     server.close()
     if args.stats_file:
-        Path(args.stats_file).write_text(json.dumps(proxy.counters.snapshot(proxy.profile), indent=1))
+        Path(args.stats_file).write_text(json.dumps(proxy.snapshot(), indent=1))
 
 
 def _alive(pid: int) -> bool:
@@ -766,6 +1048,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--latency", default="", help="overrides, e.g. default=25ms,CompleteMultipartUpload=80ms")
     p.add_argument("--bandwidth", help="per-connection cap each way, e.g. 85MB/s, or none")
     p.add_argument("--copy-rate", help="server-side copy rate added to copies' latency, e.g. 8MB/s, or none")
+    p.add_argument("--faults-json", help="the faults to inject as JSON (FaultPlan.to_json); none by default")
+    p.add_argument("--record-headers", action="store_true", help="keep every request's headers (GET /__proxy/headers)")
     p.add_argument("--stats-file", help="write the counters here (JSON) when the proxy stops")
     p.add_argument("--lifetime", type=float, default=6 * 3600, help="stop by itself after this many seconds")
     p.add_argument("--parent-pid", type=int, default=0, help="stop by itself when this process is gone")
@@ -791,18 +1075,29 @@ def main(argv: list[str] | None = None) -> int:
 class S3Network:
     """The proxy as a child process: ``endpoint_url`` to point clients at, its counters and its CPU time.
 
-    ``S3Network(upstream, S3_LIKE)``; ``start()`` (or ``with``) waits until it listens; ``stop()`` ends it."""
+    ``S3Network(upstream, S3_LIKE)`` for the S3-like network; ``S3Network(upstream, NONE, faults=FaultPlan(...))``
+    for faults with no shaping (both at once work too). ``start()`` (or ``with``) waits until it listens;
+    ``stop()`` ends it, as does the end of ``lifetime`` seconds or of the process that started it."""
 
-    def __init__(self, upstream: str, profile: NetworkProfile = S3_LIKE, *, stats_file: str | None = None):
+    def __init__(self, upstream: str, profile: NetworkProfile = S3_LIKE, *, faults: FaultPlan | None = None,
+                 record_headers: bool = False, stats_file: str | None = None, lifetime: float = 6 * 3600):
         self.upstream = upstream
         self.profile = profile
+        self.fault_plan = faults
+        self.record_headers = record_headers
         self.stats_file = stats_file
+        self.lifetime = lifetime
         self.proc: subprocess.Popen[str] | None = None
         self.endpoint_url = ""
 
     def start(self) -> "S3Network":
         cmd = [sys.executable, "-m", "tests.support.s3_network", "--upstream", self.upstream,
-               "--profile-json", json.dumps(self.profile.to_json()), "--parent-pid", str(os.getpid())]
+               "--profile-json", json.dumps(self.profile.to_json()), "--parent-pid", str(os.getpid()),
+               "--lifetime", str(self.lifetime)]
+        if self.fault_plan is not None:
+            cmd += ["--faults-json", json.dumps(self.fault_plan.to_json())]
+        if self.record_headers:
+            cmd.append("--record-headers")
         if self.stats_file:
             cmd += ["--stats-file", self.stats_file]
         self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
@@ -846,8 +1141,8 @@ class S3Network:
         except Exception:  # noqa: BLE001 - only a measurement
             return float("nan")
 
-    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-        data = json.dumps(body).encode() if body is not None else None
+    def _call(self, method: str, path: str, body: Any = None, *, send: bool = False) -> Any:
+        data = json.dumps(body).encode() if body is not None or send else None
         req = urllib.request.Request(self.endpoint_url + CONTROL_PREFIX + path, data=data, method=method)
         with urllib.request.urlopen(req, timeout=30) as r:
             return json.loads(r.read())
@@ -856,12 +1151,41 @@ class S3Network:
         return self._call("GET", "stats")
 
     def reset(self) -> dict[str, Any]:
-        """Zero the counters; returns them as they were."""
+        """Zero the counters (faults and recorded headers included); returns them as they were."""
         return self._call("POST", "reset")
 
     def set_profile(self, profile: NetworkProfile) -> None:
         self._call("PUT", "profile", profile.to_json())
         self.profile = profile
+
+    def set_faults(self, plan: FaultPlan | None) -> None:
+        """Inject these faults from now on (``None``: none); the requests seen so far still count as seen."""
+        self._call("PUT", "faults", plan.to_json() if plan else None, send=True)
+        self.fault_plan = plan
+
+    # ------------------------------------------------------------ what a test asks
+    def requests(self) -> Counter[str]:
+        """Requests that arrived, per request class (faulted and throttled ones included)."""
+        return Counter({op: int(v["requests"]) for op, v in self.stats()["ops"].items()})
+
+    def faulted(self) -> defaultdict[str, Counter[Fault]]:
+        """Faults injected, per request class and kind."""
+        faults = self.stats()["faults"]["faults"]
+        return defaultdict(Counter, {cls: Counter({Fault[k]: n for k, n in kinds.items()})
+                                     for cls, kinds in faults.items()})
+
+    def summary(self) -> dict[str, dict[str, Any]]:
+        """Per request class: requests, and faults by kind name."""
+        stats = self.stats()
+        faults = stats["faults"]["faults"]
+        return {cls: {"requests": int(v["requests"]), "faults": dict(faults.get(cls, {}))}
+                for cls, v in sorted(stats["ops"].items())}
+
+    def headers(self) -> list[tuple[str, dict[str, str]]]:
+        """Every request's class and headers (names in lower case), in order of arrival; needs ``record_headers``."""
+        if not self.record_headers:
+            raise RuntimeError("S3Network(record_headers=True) keeps the headers")
+        return [(cls, headers) for cls, headers in self._call("GET", "headers")]
 
 
 if __name__ == "__main__":
