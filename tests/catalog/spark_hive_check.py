@@ -25,6 +25,8 @@ from mpcommit.protocol.records.success import PartitionStats
 def session(workdir: str) -> Any:
     from pyspark.sql import SparkSession
 
+    from tests.support.spark_s3a import JVM_OPTIONS
+
     spark = (
         SparkSession.builder.master("local[1]").appName("mpcommit-catalog-hive")
         .config("spark.ui.enabled", "false")
@@ -33,7 +35,7 @@ def session(workdir: str) -> Any:
         .config("spark.sql.warehouse.dir", f"{workdir}/warehouse")
         .config("spark.hadoop.javax.jdo.option.ConnectionURL",
                 f"jdbc:derby:;databaseName={workdir}/metastore_db;create=true")
-        .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={workdir}")
+        .config("spark.driver.extraJavaOptions", f"{JVM_OPTIONS} -Dderby.system.home={workdir}")
         .enableHiveSupport()
         .getOrCreate()
     )

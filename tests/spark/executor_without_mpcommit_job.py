@@ -42,9 +42,10 @@ def main(endpoint: str, bucket: str) -> None:
     from mpcommit import S3Options
     from mpcommit.errors import MpcommitError
     from mpcommit.spark import write
+    from tests.support.spark_s3a import JVM_CONF
 
     spark = (SparkSession.builder.master("local[1,1]").config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false").config("spark.driver.memory", "1g").getOrCreate())
+             .config("spark.ui.showConsoleProgress", "false").config("spark.driver.memory", "1g").config(map=JVM_CONF).getOrCreate())
     spark.sparkContext.setLogLevel("OFF")
     options = S3Options(endpoint_url=endpoint, region="us-east-1", access_key_id="test", secret_access_key="test")
     try:

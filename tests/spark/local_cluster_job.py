@@ -22,6 +22,7 @@ def main(endpoint: str, bucket: str) -> None:
 
     from mpcommit.options import RetryPolicy, S3Options
     from mpcommit.spark import write
+    from tests.support.spark_s3a import JVM_CONF
 
     spark = (
         SparkSession.builder.master("local-cluster[2,1,1024]")
@@ -29,6 +30,7 @@ def main(endpoint: str, bucket: str) -> None:
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
+        .config(map=JVM_CONF)
         # Wait for both executors before scheduling, so that tasks spread over both.
         .config("spark.scheduler.minRegisteredResourcesRatio", "1.0")
         .config("spark.scheduler.maxRegisteredResourcesWaitingTime", "60s")

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from tests.support.processes import die_with_parent
 from tests.support.servers import free_port
+from tests.support.spark_s3a import JVM_OPTIONS
 
 __all__ = ["StandaloneCluster", "WorkerProcess", "children_of", "is_executor", "parent_of", "process_alive",
            "spark_home"]
@@ -39,10 +40,6 @@ __all__ = ["StandaloneCluster", "WorkerProcess", "children_of", "is_executor", "
 DAEMON_MEMORY = "256m"
 #: Heap of each executor. The tests' tasks hold a few MiB of Arrow batches and writer buffers at a time.
 EXECUTOR_MEMORY = "512m"
-#: Every JVM here is short-lived and does little work of its own (Python does the tasks' work): the C1 compiler
-#: alone and the serial collector halve the CPU a JVM spends starting (measured: master 7.5 s -> 3.5 s of CPU,
-#: worker 6 s -> 3.3 s), which is what the tests mostly pay for on a two-core machine.
-JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def spark_home() -> Path:

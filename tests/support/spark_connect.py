@@ -26,6 +26,7 @@ from typing import Any
 
 from tests.support.processes import die_with_parent
 from tests.support.servers import free_port
+from tests.support.spark_s3a import JVM_CONF
 
 CONNECT_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 #: The client's Python packages (PySpark's ``connect`` extra), by import name.
@@ -102,6 +103,7 @@ def start_connect_server(*, conf: dict[str, str], env: dict[str, str], log: Path
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": "2",
         "spark.driver.memory": "1g",
+        **JVM_CONF,
         # Executors (here: the local driver's Python workers) run this venv, where mpcommit is installed.
         "spark.pyspark.python": sys.executable,
         **conf,
