@@ -79,6 +79,62 @@ def test_no_import_points_up_the_layers() -> None:
     assert not upward, "imports pointing up the layers: " + "; ".join(upward)
 
 
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm): modules that import each other
+    in a loop, however long."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in graph.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def module_graph() -> dict[str, set[str]]:
+    """Module -> the package's modules it imports, anywhere in its body. A package's ``__init__`` only hands names
+    on, so imports of a package are not followed into it (as farm-studio draws a package's face)."""
+    files = dict(modules())
+    packages = {name for name, path in files.items() if path.name == "__init__.py"}
+    graph: dict[str, set[str]] = {}
+    for name, path in files.items():
+        if name in packages:
+            continue
+        targets = {t[len("mpcommit."):] for t, _ in imports(name, path) if t.startswith("mpcommit.")}
+        graph[name] = {t for t in targets if t in files and t not in packages and t != name}
+    return graph
+
+
+def test_no_modules_import_each_other_in_a_circle() -> None:
+    assert circles(module_graph()) == []
+
+
+def test_the_circle_check_can_fail() -> None:
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
 @pytest.mark.parametrize("library", sorted(ONLY_IN))
 def test_third_party_libraries_stay_behind_their_boundary(library: str) -> None:
     allowed = ONLY_IN[library]

@@ -19,7 +19,8 @@ __all__ = ["DataFrameWriter", "SchemaMismatchError", "SchemaMismatchWarning", "r
 
 def register(spark: Any) -> None:
     """Register the ``mpcommit`` data source in ``spark`` (classic or Spark Connect), for an installation Spark
-    does not find by itself (see :mod:`mpcommit.spark.datasource`)."""
-    from .datasource import register as register_source
+    does not find by itself (mpcommit installed in a way that Python's module listing does not show, e.g. an editable install without
+    the checkout's .pth; see :mod:`mpcommit.spark.datasource`)."""
+    from .pyspark_source import DefaultSource  # pyspark is loaded here, not by ``import mpcommit.spark``
 
-    register_source(spark)
+    spark.dataSource.register(DefaultSource)

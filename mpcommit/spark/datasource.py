@@ -3,8 +3,8 @@
 
 Spark finds it by itself in any installed top-level module named ``pyspark_*`` that defines ``DefaultSource``
 (``pyspark_mpcommit``, installed with mpcommit, naming PySpark's classes in :mod:`.pyspark_source`, a shell over
-this module and :mod:`.streaming`, which import no pyspark), or after :func:`register`. Its options are described in
-:mod:`.source_options`.
+this module and :mod:`.streaming`, which import no pyspark), or after :func:`mpcommit.spark.register`. Its
+options are described in :mod:`.source_options`.
 
 How Spark runs a Python data source's batch write, and what mpcommit does at each step -- the same steps as
 ``write()`` and ``writer(df)`` (:mod:`.plan`):
@@ -69,14 +69,6 @@ class TaskOutcome:
     result: bytes | None
     job_id: str
     query_id: str | None = None
-
-
-def register(spark: Any) -> None:
-    """Register the data source in ``spark`` (a classic or Spark Connect session), for when it is not found by
-    itself (mpcommit installed in a way that Python's module listing does not show, e.g. an editable install)."""
-    from .pyspark_source import DefaultSource
-
-    spark.dataSource.register(DefaultSource)
 
 
 class BatchWrite:
