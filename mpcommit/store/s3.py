@@ -16,7 +16,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -37,7 +36,7 @@ from .errors import translate
 from .paging import PagedListings
 from .retry import call_with_retry
 from .security import RequestSecurity
-from .values import CompletedPart, ObjectInfo, UploadInfo, xml_safe  # noqa: F401 - the store's values, named here too
+from .values import BucketLifecycle, CompletedPart, ObjectInfo, UploadInfo, xml_safe  # noqa: F401 - the store's values, named here too
 from .session import s3_client
 from .transport import Boto3Completer, Completer, Done, header_fields, listed_parts
 
@@ -482,15 +481,6 @@ class S3Store:
             extra["TransitionDefaultMinimumObjectSize"] = lifecycle.transition_default_minimum_object_size
         self._call("put_bucket_lifecycle_configuration", bucket=bucket, Bucket=bucket,
                    LifecycleConfiguration={"Rules": lifecycle.rules}, **extra)
-
-
-@dataclass
-class BucketLifecycle:
-    """A bucket's lifecycle configuration as PutBucketLifecycleConfiguration takes it back whole."""
-
-    rules: list[dict[str, Any]]
-    #: S3's bucket-wide setting for transitions ("varies_by_storage_class" or "all_storage_classes_128K").
-    transition_default_minimum_object_size: str | None
 
 
 # ---------------------------------------------------------------- clients, one per options per process

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 
 def xml_safe(key: str) -> bool:
@@ -37,3 +38,12 @@ class CompletedPart:
     number: int
     etag: str
     crc32: str | None = None
+
+
+@dataclass
+class BucketLifecycle:
+    """A bucket's lifecycle configuration as PutBucketLifecycleConfiguration takes it back whole."""
+
+    rules: list[dict[str, Any]]
+    #: S3's bucket-wide setting for transitions ("varies_by_storage_class" or "all_storage_classes_128K").
+    transition_default_minimum_object_size: str | None
