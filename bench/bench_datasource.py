@@ -167,12 +167,22 @@ def run_stream(args: argparse.Namespace) -> None:
         for batch_id, name in interleaved(names, args.batches):
             c = by_name[name]
             messages = c.batch(batch_id)
+            if net is not None and c.network == "s3":
+                net.reset()
             started = time.perf_counter()
             c.committing.commit(messages, batch_id)
             seconds = time.perf_counter() - started
-            log(f"batch {batch_id} {name}: commit {seconds * 1000:.0f} ms")
+            proxy: dict[str, Any] = {}
+            if net is not None and c.network == "s3":
+                # What the commit sent, and how long the server itself took beyond the modelled latency ("late"
+                # answers): on these shared cores moto, not the network, can be the slow part.
+                ops = net.stats()["ops"]
+                proxy = {"requests": {op: v["requests"] for op, v in ops.items()},
+                         "late": sum(v.get("late", 0) for v in ops.values()),
+                         "upstream_s": sum(v.get("upstream_seconds", 0.0) for v in ops.values())}
+            log(f"batch {batch_id} {name}: commit {seconds * 1000:.0f} ms {proxy.get('requests', '')}")
             records.run(variant="sink-commit", network=c.network, files=c.files, batch=batch_id, pair=batch_id,
-                        seconds=seconds)
+                        seconds=seconds, **proxy)
     finally:
         streaming._batch_of_task, tasks.task_numbers = real
         if net is not None:
