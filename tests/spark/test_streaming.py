@@ -190,3 +190,21 @@ def test_complete_mode_replaces_the_table_with_each_micro_batch_exactly_once(sou
     assert len([k for k in all_keys(be.client, bucket, "t/_mpcommit/order/") if not k.endswith(".done")]) == 3, \
         "one place in the commit order per micro-batch: the replay took none"
     assert_clean(be.client, bucket, "t")
+
+
+def test_update_mode_is_refused_by_spark_before_anything_is_written(source, moto_backend, tmp_path) -> None:  # noqa: ANN001, F811
+    """Spark lets a Python data source's stream take append and complete only: update is refused by Spark itself
+    (the source offers no update-as-append), with the source's name, and nothing is written."""
+    be = moto_backend
+    bucket = be.new_bucket()
+    folder = tmp_path / "in"
+    folder.mkdir()
+    add_file(folder, 0, range(0, 10))
+    df = source.readStream.schema(SCHEMA).json(str(folder)).groupBy("dt").count()
+    with pytest.raises(Exception, match="mpcommit does not support Update mode"):
+        query = (df.writeStream.format("mpcommit").outputMode("update").options(**s3(be))
+                 .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True)
+                 .start(f"s3://{bucket}/t"))
+        query.awaitTermination(120)
+        raise AssertionError(f"update mode ran: {query.exception()}")
+    assert all_keys(be.client, bucket) == set() and pending_uploads(be.client, bucket) == []
