@@ -50,6 +50,15 @@ KILLS = ("commit.after_complete:1:killgroup", "stream.after_data_commit::killgro
          "stream.after_progress::killgroup", None)
 
 
+def test_the_kill_points_are_the_sinks_named_points() -> None:
+    from mpcommit.protocol import faults
+
+    for fault in filter(None, KILLS):
+        point, _, rest = fault.partition(":")
+        assert point in faults.POINTS and rest.endswith(":killgroup"), fault
+    assert {"stream.after_data_commit", "stream.after_progress"} <= set(faults.POINTS)
+
+
 def run_driver(config: dict[str, Any], fault: str | None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """One run of the query in a driver of its own (a new session and process group), killed at ``fault``."""
     env = {k: v for k, v in os.environ.items() if k != "MPCOMMIT_FAULT"}
