@@ -28,7 +28,11 @@ def main(config: dict) -> None:
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # Inherited by the JVM and its Python workers: the group a killgroup fault kills (this process's, when started
-    # with start_new_session: this process and the JVM; the workers' daemon makes a group of its own).
+    # with start_new_session: this process and the JVM; the workers' daemon makes a group of its own). Started in
+    # its parent's group, a kill would take the parent (pytest) with it: refused.
+    if "killgroup" in os.environ.get("MPCOMMIT_FAULT", "") and os.getpgid(0) != os.getpid():
+        raise SystemExit("stream_driver.py: a killgroup fault needs this process to lead a process group of its own "
+                         "(start it with start_new_session=True); its parent's group would be killed too")
     os.environ["MPCOMMIT_FAULT_GROUP"] = str(os.getpgid(0))
     warnings.filterwarnings("ignore")
     from pyspark.sql import SparkSession
