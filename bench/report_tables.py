@@ -589,6 +589,62 @@ def render_writer(sessions: Sessions, runs: Sequence[Run]) -> list[str]:
     return out or ["", "_No records yet._"]
 
 
+def percentile(values: Iterable[float | None], q: float) -> float | None:
+    """The ``q``-th percentile (0-100) by the nearest-rank method: a value that was measured, never interpolated."""
+    vals = sorted(float(v) for v in values if v is not None)
+    if not vals:
+        return None
+    rank = max(1, -(-len(vals) * q // 100))  # ceil(n * q / 100), at least 1
+    return vals[int(rank) - 1]
+
+
+STREAM_NETWORKS = {"raw": "none (straight to the server)", "s3": "the S3-like network (profile `s3`)"}
+TWO_CORES_WALL = ("Wall times on 2 shared cores: the S3 server (moto, a process of its own), the network's proxy and "
+                  "the client share them with other sessions' work; the load average above says how busy they were.")
+DOOR_LABELS = {"source": 'df.write.format("mpcommit")', "writer": "mpcommit.spark.writer(df)"}
+
+
+def render_datasource_door(sessions: Sessions, runs: Sequence[Run]) -> list[str]:
+    """Issue 24: the data source's batch write against the fluent writer on the same DataFrame."""
+    out: list[str] = []
+    for (rows,), rs in sorted(_group(runs, "rows").items(), key=lambda kv: kv[0][0] or 0):
+        ratio = paired_ratio(rs, "source", "writer", lambda r: r["seconds"])
+        rows_ = []
+        for v in ("source", "writer"):
+            vr = [r for r in rs if r["variant"] == v]
+            rows_.append([DOOR_LABELS[v], len(vr), fmt_figure(Summary.of(r["seconds"] for r in vr)),
+                          fmt_ratio(ratio) if v == "source" else "1.00x", _distinct(r.get("files") for r in vr)])
+        if ratio.ci is not None:
+            verdict = ("met" if ratio.ci[1] <= 1.05 else "not met" if ratio.ci[0] > 1.05 else
+                       f"not shown: the interval reaches past 1.05x (median {ratio.median:.2f}x)")
+        else:
+            verdict = "– (too few pairs)"
+        out += ["", f"**{rows:,} rows, Parquet, overwrite, ABBA pairs**", ""]
+        out += md_table(["door", "runs", "wall (median)", "÷ writer(df), paired", "files"], rows_)
+        out += ["", f"Target (issue 24): the data source <= 1.05x `writer(df)`: **{verdict}**.", "",
+                sessions_line(sessions, rs), "", TWO_CORES_WALL]
+    return out or ["", "_No records yet._"]
+
+
+def render_stream_commit(sessions: Sessions, runs: Sequence[Run]) -> list[str]:
+    """Issue 24: the streaming sink's commit per micro-batch, driver side, p50 and p95."""
+    if not runs:
+        return ["", "_No records yet._"]
+    rows = []
+    for (network, files), rs in sorted(_group(runs, "network", "files").items(),
+                                       key=lambda kv: (str(kv[0][0]), kv[0][1] or 0)):
+        times = [r["seconds"] for r in rs]
+        p50, p95 = percentile(times, 50), percentile(times, 95)
+        target = "–"
+        if network == "s3" and files == 100:
+            target = "met" if p95 is not None and p95 < 1 else "not met"
+        rows.append([STREAM_NETWORKS.get(network, network), f"{files:,}", len(rs), fmt_seconds(p50), fmt_seconds(p95),
+                     fmt_seconds(max(times)), target])
+    return ["", *md_table(["network", "files per micro-batch", "micro-batches", "p50", "p95", "max",
+                           "target: < 1 s at 100 files with latency (p95)"], rows),
+            "", sessions_line(sessions, runs), "", TWO_CORES_WALL]
+
+
 def render_network_model(_sessions: Sessions, _runs: Sequence[Run]) -> list[str]:
     from tests.support.s3_network import SOURCES
 
@@ -622,6 +678,8 @@ TABLES: tuple[Table, ...] = (
     Table("compaction", "compaction", render_compaction),
     Table("task-scale", "task_scale", render_task_scale),
     Table("writer", "writer", render_writer),
+    Table("datasource-door", "datasource_door", render_datasource_door),
+    Table("stream-commit", "stream_commit", render_stream_commit),
 )
 
 

@@ -197,3 +197,30 @@ def test_every_table_renders_with_no_records(tmp_path):
         lines = report_tables.render(table, tmp_path)
         assert lines and all(isinstance(x, str) for x in lines)
     assert math.isclose(report_tables.median([1, 2, 3, None]), 2)
+
+
+def test_percentile_is_a_measured_value_by_nearest_rank():
+    values = [float(v) for v in range(1, 21)]  # 20 micro-batches
+    assert report_tables.percentile(values, 50) == 10.0
+    assert report_tables.percentile(values, 95) == 19.0
+    assert report_tables.percentile([3.0], 95) == 3.0
+    assert report_tables.percentile([None], 95) is None
+
+
+def test_the_stream_commit_table_judges_the_target_at_100_files_with_latency():
+    s = _session("s1")
+    runs = [{"kind": "run", "session": "s1", "network": n, "files": f, "seconds": t, "pair": i}
+            for i, t in enumerate([0.4, 0.5, 0.6]) for n, f in (("s3", 100), ("raw", 100))]
+    text = "\n".join(report_tables.render_stream_commit({"s1": s}, runs))
+    assert "| the S3-like network (profile `s3`) | 100 | 3 | 500 ms | 600 ms | 600 ms | met |" in text
+    slow = [{**r, "seconds": r["seconds"] + 0.5} for r in runs]
+    assert "| 1.10 s | 1.10 s | not met |" in "\n".join(report_tables.render_stream_commit({"s1": s}, slow))
+
+
+def test_the_door_table_says_whether_the_interval_clears_1_05x():
+    s = _session("s1")
+    runs = [{"kind": "run", "session": "s1", "variant": v, "pair": p, "rows": 100, "files": 8, "seconds": t}
+            for p in range(5) for v, t in (("source", 1.0 + p / 100), ("writer", 1.0))]
+    assert "**met**" in "\n".join(report_tables.render_datasource_door({"s1": s}, runs))
+    slower = [{**r, "seconds": r["seconds"] * (1.5 if r["variant"] == "source" else 1)} for r in runs]
+    assert "**not met**" in "\n".join(report_tables.render_datasource_door({"s1": s}, slower))

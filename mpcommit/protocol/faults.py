@@ -8,6 +8,20 @@ Points: writer.created, writer.part_uploaded (k), task.before_commit, task.after
 (the job holds its place in the table's commit order, its journal not yet claimed), commit.after_journal,
 commit.after_complete (k), commit.before_delete_batch (k), commit.before_success, commit.after_success,
 commit.during_cleanup, rollback.after_claim (a rollback holds the journal key, nothing aborted yet).
+
+The streaming sink's (:mod:`mpcommit.spark.streaming`, indexed by the micro-batch's id): stream.before_commit (Spark
+called the sink's ``commit``), stream.after_pending (the progress record names this attempt as pending, its commit
+not begun), stream.after_data_commit (the micro-batch's job committed, the progress record not yet updated),
+stream.after_progress (the progress record says the micro-batch is committed; the sink is about to return to
+Spark, which then writes its own commit log).
+
+Actions after ``point:k:``: empty raises :class:`InjectedFault`; ``kill`` sends SIGKILL to this process;
+``killgroup`` sends SIGKILL to the process group named by ``MPCOMMIT_FAULT_GROUP`` (when set), then to this
+process's own group. A Python data source's stream ``commit`` runs in a Python worker that the driver's JVM starts
+(forked by PySpark's worker daemon, which makes a process group of its own): a test's driver, started as a group of
+its own and naming it in ``MPCOMMIT_FAULT_GROUP`` before its JVM starts, is thus killed whole -- its Python process,
+its JVM and their Python workers -- as a crashed or preempted driver machine would be. An empty ``k`` matches every
+index (the first time the point is reached).
 """
 
 from __future__ import annotations
@@ -22,6 +36,7 @@ POINTS = (
     "writer.created", "writer.part_uploaded", "task.before_commit", "task.after_commit", "commit.after_place",
     "commit.after_journal", "commit.after_complete", "commit.before_delete_batch", "commit.before_success",
     "commit.after_success", "commit.during_cleanup", "rollback.after_claim",
+    "stream.before_commit", "stream.after_pending", "stream.after_data_commit", "stream.after_progress",
 )
 
 Hook = Callable[[str, int], None]
@@ -49,6 +64,11 @@ def _from_env(spec: str, name: str, index: int) -> None:
         return
     if how == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
+    if how == "killgroup":
+        group = os.environ.get("MPCOMMIT_FAULT_GROUP")
+        if group and int(group) != os.getpgid(0):
+            os.killpg(int(group), signal.SIGKILL)
+        os.killpg(os.getpgid(0), signal.SIGKILL)
     raise InjectedFault(f"injected fault at {name} #{index}")
 
 

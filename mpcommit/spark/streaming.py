@@ -35,6 +35,15 @@ it, as S3 makes no group of objects visible at once.
 
 A micro-batch whose tasks failed is rolled back by ``abort``: nothing of it stays visible or pending. A query
 restarted on a different table, or with other partition columns or another format, is refused by name.
+
+Output mode complete: Spark hands the sink ``overwrite=True``, and each micro-batch -- the query's whole result --
+is an overwrite job that replaces the table's contents (the progress record, under the hidden ``_mpcommit/``,
+stays); replays are recognised as above.
+
+The named points where tests kill the driver (:mod:`mpcommit.protocol.faults`, indexed by batch id):
+``stream.before_commit``, ``stream.after_pending``, ``stream.after_data_commit`` (J committed, progress not yet
+updated) and ``stream.after_progress`` (progress updated, Spark's commit log not yet written); the job commit's
+own points (``commit.after_complete`` ...) lie between ``stream.after_pending`` and ``stream.after_data_commit``.
 """
 
 from __future__ import annotations

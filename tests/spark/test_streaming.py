@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.sql import functions as F
 
 from mpcommit.spark.streaming import Pending, StreamProgress
-from tests.support.spark_tables import JOB_ID, SPARK_MARKS, assert_clean, data_keys
-from tests.spark.test_datasource import ids, s3, source  # noqa: F401 - source: the fixture
+from tests.support.spark_tables import JOB_ID, SPARK_MARKS, assert_clean, data_keys, read_table, s3_filesystem
+from tests.spark.test_datasource import DT, ids, last_commit, s3, source  # noqa: F401 - source: the fixture
 from tests.support.checks import all_keys, list_objects, pending_uploads, read_object
 
 pytestmark = SPARK_MARKS
@@ -138,3 +139,72 @@ def test_each_micro_batch_is_committed_exactly_once_across_replays(source, serve
     assert q.exception() is not None and "holds no record of it" in str(q.exception())
     assert all_keys(be.client, bucket, "elsewhere/") == set() and pending_uploads(be.client, bucket) == []
     assert ids(be, bucket, "t") == list(range(40))
+
+
+def test_complete_mode_replaces_the_table_with_each_micro_batch_exactly_once(source, moto_backend, tmp_path) -> None:  # noqa: ANN001, F811
+    """Output mode complete: each micro-batch is the whole result, committed as an overwrite job that replaces the
+    table's contents (the sink's record under _mpcommit/ stays); a replayed micro-batch is recognised as any."""
+    be = moto_backend
+    bucket = be.new_bucket()
+    uri, folder, checkpoint = f"s3://{bucket}/t", tmp_path / "in", tmp_path / "checkpoint"
+    folder.mkdir()
+    add_file(folder, 0, range(0, 10))
+    add_file(folder, 1, range(10, 20))
+
+    def run_complete() -> Any:
+        df = (source.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(str(folder))
+              .groupBy("dt").agg(F.count("*").alias("n"), F.sum("id").alias("total")))
+        query = (df.writeStream.format("mpcommit").outputMode("complete").options(**s3(be))
+                 .option("partitionBy", "dt").option("checkpointLocation", str(checkpoint))
+                 .trigger(availableNow=True).start(uri))
+        query.awaitTermination(120)
+        assert query.exception() is None, query.exception()
+        return query
+
+    def table() -> list[tuple[str, int, int]]:
+        got = read_table(s3_filesystem(be.endpoint_url), bucket, "t", partitions=DT)
+        return sorted((r["dt"], r["n"], r["total"]) for r in got.to_pylist())
+
+    def expected(upto: int) -> list[tuple[str, int, int]]:
+        ids_ = range(upto)
+        return [(d, sum(1 for i in ids_ if f"d{i % 2}" == d), sum(i for i in ids_ if f"d{i % 2}" == d))
+                for d in ("d0", "d1")]
+
+    run_complete()
+    assert table() == expected(20), "micro-batch 1's result replaced micro-batch 0's"
+    assert len(jobs_of(be, bucket)) == 1, "only the last micro-batch's files are visible"
+    key, record = progress(be, bucket)
+    assert (record["lastBatchId"], record["pending"]) == (1, None)
+    last = last_commit(be, bucket, "t")
+    assert last["mode"] == "overwrite"
+
+    # Spark's commit log loses micro-batch 1: its replay is recognised (the table is not rewritten), then 2 commits.
+    lose_commit_log(checkpoint, 1)
+    add_file(folder, 2, range(20, 30))
+    q = run_complete()
+    assert replayed(q, checkpoint, 1)
+    assert table() == expected(30)
+    (job,) = jobs_of(be, bucket)
+    _, record = progress(be, bucket)
+    assert (record["lastBatchId"], record["pending"], record["lastJobId"]) == (2, None, job)
+    assert len([k for k in all_keys(be.client, bucket, "t/_mpcommit/order/") if not k.endswith(".done")]) == 3, \
+        "one place in the commit order per micro-batch: the replay took none"
+    assert_clean(be.client, bucket, "t")
+
+
+def test_update_mode_is_refused_by_spark_before_anything_is_written(source, moto_backend, tmp_path) -> None:  # noqa: ANN001, F811
+    """Spark lets a Python data source's stream take append and complete only: update is refused by Spark itself
+    (the source offers no update-as-append), with the source's name, and nothing is written."""
+    be = moto_backend
+    bucket = be.new_bucket()
+    folder = tmp_path / "in"
+    folder.mkdir()
+    add_file(folder, 0, range(0, 10))
+    df = source.readStream.schema(SCHEMA).json(str(folder)).groupBy("dt").count()
+    with pytest.raises(Exception, match="mpcommit does not support Update mode"):
+        query = (df.writeStream.format("mpcommit").outputMode("update").options(**s3(be))
+                 .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True)
+                 .start(f"s3://{bucket}/t"))
+        query.awaitTermination(120)
+        raise AssertionError(f"update mode ran: {query.exception()}")
+    assert all_keys(be.client, bucket) == set() and pending_uploads(be.client, bucket) == []
