@@ -37,11 +37,12 @@ def main(config: dict) -> None:
     warnings.filterwarnings("ignore")
     from pyspark.sql import SparkSession
 
+    from tests.support.spark_s3a import JVM_CONF
+
     spark = (SparkSession.builder.master("local[2]").appName("mpcommit-stream-driver")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.session.timeZone", "UTC").config("spark.sql.shuffle.partitions", "2")
-             # A short-lived JVM: starting it costs half the CPU so (as the cluster tests' JVMs).
-             .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+             .config(map=JVM_CONF)  # a short-lived JVM: the tests' settings (tests/support/spark_s3a.py)
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     try:
