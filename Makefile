@@ -16,8 +16,12 @@ PYTEST_ARGS ?=
 demo: $(STAMP)
 	$(VENV)/bin/mpcommit demo
 
+# Two pytest-xdist workers: much of the suite waits on servers, JVMs and leases, so two processes on two cores
+# finish it in about 0.6x the time of one (measured on tests/protocol, store, compaction and cli: 292 s -> 181 s).
+# TEST_WORKERS=0 runs it in this process.
+TEST_WORKERS ?= 2
 test: $(STAMP) localstack-install s3a-install versitygw-install
-	$(PY) -m pytest --durations=25 $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --durations=25 $(PYTEST_ARGS)
 
 # The tiers that run on the Go servers (README, "Tests"), on SeaweedFS: its first build takes ~10-25 minutes of
 # CPU, so `make test` leaves it out.

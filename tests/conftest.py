@@ -57,6 +57,24 @@ def pytest_configure(config: pytest.Config) -> None:
     selected_backends()  # fail early on a bad MPCOMMIT_TEST_BACKENDS
 
 
+#: Tests that share a costly process started once per test session -- the standalone cluster, the Connect server --
+#: run in one pytest-xdist worker per folder (``make test`` runs two workers), so that each process starts once.
+SHARED_PROCESS_FOLDERS = ("tests/cluster/", "tests/connect/")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """pytest-xdist's load scheduling, each test a unit of its own but the tests of a shared-process folder one unit.
+    (Not ``--dist loadgroup``: its groups ride on rewritten node ids, which pytest 9.2 no longer lets a plugin set.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedProcessScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return next((folder for folder in SHARED_PROCESS_FOLDERS if nodeid.startswith(folder)), nodeid)
+
+    return SharedProcessScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Tests that use a server directly get its marker too, so that -m "not localstack" leaves them out.
     for item in items:

@@ -20,7 +20,9 @@ from mpcommit.protocol.records import (
 )
 
 DEST = parse_uri("s3://bkt/table")
-JOB = new_job_id()
+#: Fixed ids, so that the parametrized cases below are named the same in every process collecting them (xdist).
+JOB = "d759644e-1568-430a-8670-b6416c279f1c"
+OTHER_JOB = "a42877b8-0787-489b-acc8-14a56447aac3"
 
 
 def upload(key=None, parts=(Part(1, '"%s"' % ("a" * 32), 3, "AAAAAA=="),), size=3):
@@ -50,7 +52,7 @@ def test_manifest_round_trip():
         (f"other/part-00000-{JOB}.c000.csv", "outside"),
         (f"table10/part-00000-{JOB}.c000.csv", "outside"),
         ("table/part-00000-notthejob.c000.csv", "does not carry job id"),
-        (f"table/part-00000-{new_job_id()}.c000.csv", "does not carry job id"),
+        (f"table/part-00000-{OTHER_JOB}.c000.csv", "does not carry job id"),
         (f"table/_temporary/mpcommit/{JOB}/x", "hidden"),
     ],
 )
