@@ -213,3 +213,7 @@ def test_the_data_source_entry_module_sits_on_top_of_the_spark_binding() -> None
     importers = [f"{name}:{line}" for name, path in modules() for target, line in imports(name, path)
                  if target.split(".")[0] == "pyspark_mpcommit"]
     assert not importers, f"nothing in mpcommit may import pyspark_mpcommit (Spark does): {importers}"
+    # PySpark's classes load pyspark: only Spark (through the entry module) and register(spark) load them.
+    loaders = [f"{name}:{line}" for name, path in modules() for target, line in imports(name, path)
+               if target == "mpcommit.spark.pyspark_source" and name != "spark"]
+    assert not loaders, f"only mpcommit.spark.register may import pyspark_source: {loaders}"
