@@ -13,7 +13,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from enum import Enum
 
 from ..errors import (
@@ -171,7 +171,7 @@ class Job:
 
     def commit(self, results: Sequence[TaskResult], *, extra_timings: dict[str, float] | None = None,
                delete: Sequence[DeleteEntry] = (), merged: Sequence[MergedFile] = (),
-               since: OrderSnapshot | None = None) -> CommitReport:
+               since: OrderSnapshot | None = None, when_ended: Callable[[int], None] | None = None) -> CommitReport:
         """Complete exactly the given attempts (one per task id), abort every other upload of the job, apply
         the mode, write ``_SUCCESS`` and remove the job's records.
 
@@ -179,7 +179,8 @@ class Job:
         :mod:`mpcommit.compaction.commit_merge`); completed in place of those staged files. ``delete`` and
         ``since``: a compaction's sources, and what it saw of the table's commit order before it listed them
         (:meth:`mpcommit.protocol.order.TableOrder.snapshot`): the commit gives up with CommitConflictError,
-        nothing of it visible, if an earlier job replaced those sources meanwhile.
+        nothing of it visible, if an earlier job replaced those sources meanwhile. ``when_ended``: see
+        :meth:`JobCommitter.commit <mpcommit.protocol.commit.JobCommitter.commit>`.
 
         Registering the commit in a catalog is the catalog's business, above the protocol:
         :func:`mpcommit.catalog.commit_registered` commits and registers in one call.
@@ -194,7 +195,8 @@ class Job:
         timings.update(extra_timings or {})
         try:
             report = self._committer.commit(self.descriptor, list(results), ignored=self.ignored,
-                                            extra_timings=timings, delete=delete, merged=merged, since=since)
+                                            extra_timings=timings, delete=delete, merged=merged, since=since,
+                                            when_ended=when_ended)
         except CommitStateUnknownError:
             self._stop_heartbeat()  # partly visible perhaps: only `recover` may act now, never abort
             raise

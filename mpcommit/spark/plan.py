@@ -179,11 +179,13 @@ class StartedWrite:
         """What another process needs to finish or abort this write (picklable; no catalog object, no client)."""
         return WriteHandle(self.planned, self.job.spec, self.job.descriptor, self.task_plan)
 
-    def finish(self, results: Sequence[TaskResult], *, runner: Any = None, spark: Any = None) -> CommitReport:
+    def finish(self, results: Sequence[TaskResult], *, runner: Any = None, spark: Any = None,
+               when_ended: Callable[[int], None] | None = None) -> CommitReport:
         """Commit the tasks' results (one per task): the file Spark leaves for no rows, the commit-time merge
         (``runner`` runs its bins; None: this process's threads), the job commit and, with a table, the catalog
         registration. On a failure before the commit's journal the job is rolled back: nothing stays visible or
-        pending. A commit whose outcome is unknown is left for ``mpcommit jobs recover``."""
+        pending. A commit whose outcome is unknown is left for ``mpcommit jobs recover``. ``when_ended``: see
+        :meth:`JobCommitter.commit <mpcommit.protocol.commit.JobCommitter.commit>`."""
         job, planned, s = self.job, self.planned, self.planned.request.settings
         if job.ignored:
             return job.commit([])
@@ -211,9 +213,10 @@ class StartedWrite:
                 from ..catalog.sync import commit_registered
 
                 table, catalog = self.target
-                report = commit_registered(job, results, table=table, catalog=catalog, spark=spark, merged=merged)
+                report = commit_registered(job, results, table=table, catalog=catalog, spark=spark, merged=merged,
+                                           when_ended=when_ended)
             else:
-                report = job.commit(results, merged=merged)
+                report = job.commit(results, merged=merged, when_ended=when_ended)
         except CommitStateUnknownError:
             raise  # some files may be visible: never clean up, `mpcommit jobs recover` finishes it
         except BaseException as exc:

@@ -16,7 +16,8 @@ in the order before it took one), and what the query writes (destination, partit
 Committing micro-batch B of query Q as job J:
 
 1. Progress says B (or a later batch) is committed: Spark's checkpoint lagged the data commit, and this is a
-   replay. J is rolled back; the batch is not written twice.
+   replay. J is rolled back; the batch is not written twice. Records another attempt of B left (its driver was
+   killed after recording progress, before its job's records were gone) are tidied: that job is finished.
 2. Every other attempt of (Q, B) still under the table's job records is finished or rolled back
    (``JobCommitter.recover_job``: a journal means the attempt's commit began, and it is finished; otherwise its
    journal key is claimed by a rollback, so that it can never commit, even from a process still alive).
@@ -25,10 +26,15 @@ Committing micro-batch B of query Q as job J:
    is brought up to date and J rolled back. Places cleared from the order meanwhile (after hundreds of later
    jobs) make that unknowable: refused by name (:class:`StreamStateError`), never guessed.
 4. Otherwise ``pending`` is set to J (conditionally: a change meanwhile starts over at 1), J is committed, and
-   progress records B as committed. Spark writes its own commit log after that.
+   progress records B as committed -- once J's end is in the table's order, beside the removal of J's records,
+   not after it. Spark writes its own commit log after that.
+
+The progress record and the table's job records are read at once (with J's descriptor), the commit order after
+both: an attempt that had left the job records by then has its place in the order already.
 
 A driver killed anywhere in there leaves one of: J writing (rolled back at 2 by the replay), J committing
-(finished at 2), J committed but progress not updated (recognised at 3), progress updated (recognised at 1).
+(finished at 2), J committed but progress not updated (recognised at 3), progress updated (recognised at 1, J's
+records removed there if they were not yet).
 Readers see each micro-batch whole once its commit has finished or been finished: a listing taken while a
 commit completes its files (or after a driver died in that step, until the replay finishes it) can show part of
 it, as S3 makes no group of objects visible at once.
@@ -55,6 +61,7 @@ import secrets
 import socket
 import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -345,37 +352,62 @@ class BatchCommit:
             return
         query_id, job_id = self._identity()
         book = ProgressBook(self.store, self.destination, query_id)
-        try:
-            results = [TaskResult.from_bytes(m.result, destination=self.destination, job_id=job_id)
-                       for m in self.messages if m.result is not None]
-            claimed = self._claim(book, query_id, job_id)
-        except BaseException:
-            self._roll_back(job_id, f"micro-batch {self.batch_id} was refused before its commit")
-            raise
-        if claimed is None:
-            return  # committed before: this attempt was rolled back
-        record, etag = claimed
-        faults.checkpoint("stream.after_pending", self.batch_id)
-        started = self.sink.planned.resume(self.sink.spec(job_id), self._descriptor(job_id))
-        report = started.finish(results)
-        faults.checkpoint("stream.after_data_commit", self.batch_id)
-        self._record_committed(book, record, etag, job_id, report.position or 0)
-        faults.checkpoint("stream.after_progress", self.batch_id)
+        # A micro-batch's commit is latency: what does not depend on another read is read at once (this
+        # attempt's descriptor beside the progress record and the table's job records), and the progress is
+        # recorded beside the removal of the job's records rather than after it.
+        with ThreadPoolExecutor(3, thread_name_prefix="mpcommit-stream") as pool:
+            descriptor = pool.submit(self._descriptor, job_id)
+            try:
+                results = [TaskResult.from_bytes(m.result, destination=self.destination, job_id=job_id)
+                           for m in self.messages if m.result is not None]
+                claimed = self._claim(book, query_id, job_id, pool)
+            except BaseException:
+                self._roll_back(job_id, f"micro-batch {self.batch_id} was refused before its commit")
+                raise
+            if claimed is None:
+                return  # committed before: this attempt was rolled back
+            record, etag = claimed
+            faults.checkpoint("stream.after_pending", self.batch_id)
+            recording: list[Future[None]] = []
+
+            def when_ended(position: int) -> None:
+                recording.append(pool.submit(self._record_committed, book, record, etag, job_id, position))
+
+            started = self.sink.planned.resume(self.sink.spec(job_id), descriptor.result())
+            try:
+                report = started.finish(results, when_ended=when_ended)
+            except BaseException:
+                wait(recording)  # a progress record being written is not left half-way behind this failure
+                raise
+            if recording:
+                recording[0].result()
+            else:  # the job's end was recorded elsewhere (another process finished it): recorded here, after
+                self._record_committed(book, record, etag, job_id, report.position or 0)
         log.info("micro-batch %d committed: %s", self.batch_id, report)
 
-    def _claim(self, book: "ProgressBook", query_id: str, job_id: str) -> tuple[StreamProgress, str] | None:
+    def _claim(self, book: "ProgressBook", query_id: str, job_id: str,
+               pool: ThreadPoolExecutor) -> tuple[StreamProgress, str] | None:
         """Steps 1-4 up to the commit: None when the micro-batch was committed before (this attempt is then rolled
         back), else the progress record naming this attempt as pending, and its version."""
         for _attempt in range(20):
-            record, etag = book.read()
+            # The progress record and the table's job records, read at once; the commit order is read after
+            # both (in _settle), as the replay's reasoning needs: an attempt gone from the job records by then
+            # has its place in the order.
+            reading = pool.submit(book.read)
+            others = self._other_attempts(query_id, job_id)
+            record, etag = reading.result()
             self._check(record, query_id)
             if record is not None and record.last_batch >= self.batch_id:
+                # Committed before. What its job left (a driver killed after the progress record, before the
+                # job's records were removed) is tidied now: that attempt is finished, nothing of it re-done.
+                for other in others:
+                    self._settle_one(other)
                 self._roll_back(job_id, f"micro-batch {self.batch_id} was committed before (progress at "
                                         f"{record.last_batch}, job {record.last_job}); Spark's checkpoint lagged")
                 return None
             after = (record.pending.after if record is not None and record.pending is not None
                      else record.last_position if record is not None else 0)
-            settled = self._settle(query_id, job_id, after=after, known=record is not None)
+            settled = self._settle(query_id, job_id, others, after=after, known=record is not None)
             base = record or StreamProgress(query_id, self.destination.uri, tuple(self.sink.planned.columns),
                                             self.sink.planned.fmt.name)
             try:
@@ -422,15 +454,19 @@ class BatchCommit:
                 "as it was started, or with a new checkpointLocation (and another table) to write otherwise. "
                 "Nothing was written.")
 
-    def _settle(self, query_id: str, job_id: str, *, after: int, known: bool) -> Settled:
-        """Steps 2 and 3: finish or roll back the other attempts of this micro-batch, then look in the commit order
-        for one of them that committed."""
-        prefix = batch_prefix(query_id, self.batch_id)
+    def _other_attempts(self, query_id: str, job_id: str) -> list[str]:
+        """The other attempts of this micro-batch that have records under the table's job records."""
+        prefix = batch_prefix(query_id, self.batch_id) + "-"
         root = f"{self.destination.root}{HIDDEN_ROOT}"
-        for name in self.store.list_children(self.destination.bucket, root):
-            other = name.rstrip("/")
-            if other.startswith(prefix + "-") and other != job_id:
-                self._settle_one(other)
+        return [other for other in (n.rstrip("/") for n in self.store.list_children(self.destination.bucket, root))
+                if other.startswith(prefix) and other != job_id]
+
+    def _settle(self, query_id: str, job_id: str, others: list[str], *, after: int, known: bool) -> Settled:
+        """Steps 2 and 3: finish or roll back the other attempts of this micro-batch (``others``, listed after the
+        progress record was read), then look in the commit order for one of them that committed."""
+        prefix = batch_prefix(query_id, self.batch_id)
+        for other in others:
+            self._settle_one(other)
         order = TableOrder(self.store, table_of(self.destination))
         view = order.view()
         if not known:  # no attempt of this query ever took a place: nothing of it can be in the order
@@ -495,16 +531,22 @@ class BatchCommit:
 
     def _record_committed(self, book: ProgressBook, record: StreamProgress, etag: str, job_id: str,
                           position: int) -> None:
+        """Step 4's end: the progress record says micro-batch B is committed. Runs once the job's end is in the
+        table's order, beside the removal of the job's records (a driver killed in between leaves those records
+        to the replay, which finishes that job at step 1)."""
+        faults.checkpoint("stream.after_data_commit", self.batch_id)
         for _attempt in range(20):
             if record.last_batch >= self.batch_id:
-                return
+                break
             try:
                 book.write(replace(record, last_batch=self.batch_id, last_job=job_id, last_position=position,
                                    pending=None), etag)
-                return
+                break
             except PreconditionFailedError:
                 found, found_etag = book.read()  # changed meanwhile: read it again
                 if found is None or found_etag is None:
                     raise StreamStateError(f"{book.where} vanished while micro-batch {self.batch_id} was committed")
                 record, etag = found, found_etag
-        raise StreamStateError(f"{book.where} kept changing while micro-batch {self.batch_id} was recorded")
+        else:
+            raise StreamStateError(f"{book.where} kept changing while micro-batch {self.batch_id} was recorded")
+        faults.checkpoint("stream.after_progress", self.batch_id)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import socket
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
 from ...errors import (
@@ -101,10 +101,16 @@ class JobCommitter:
     # ------------------------------------------------------------ commit
     def commit(self, descriptor: JobDescriptor, results: Sequence[TaskResult], *, ignored: bool = False,
                extra_timings: dict[str, float] | None = None, delete: Sequence[DeleteEntry] = (),
-               merged: Sequence[MergedFile] = (), since: OrderSnapshot | None = None) -> CommitReport:
+               merged: Sequence[MergedFile] = (), since: OrderSnapshot | None = None,
+               when_ended: Callable[[int], None] | None = None) -> CommitReport:
         """``delete`` names objects (pinned by ETag) to remove once every new file is complete: the sources
         of a compaction, which read the table after ``since``. ``merged`` names files merged from the winners'
-        staged files (a commit-time merge): they are completed instead of moving those staged files in."""
+        staged files (a commit-time merge): they are completed instead of moving those staged files in.
+
+        ``when_ended(position)`` is called once the job's end is recorded in the table's order -- committed for
+        good -- and before its records are removed, so that a caller's own record of the commit (the streaming
+        sink's progress) is written beside that removal instead of after it. It must start its work elsewhere
+        and return at once, without raising: the caller waits for that work and answers for its failures."""
         t0 = time.monotonic()
         timings: dict[str, float] = dict(extra_timings or {})
         by_task = winners_by_task(results, self.paths)
@@ -148,7 +154,8 @@ class JobCommitter:
             inline = {r.manifest_key: r.manifest for r in by_task.values() if r.manifest is not None}
             try:
                 faults.checkpoint("commit.after_journal")
-                return self._finish(journal, context, entry=entry, inline=inline, timings=timings, started=t0)
+                return self._finish(journal, context, entry=entry, inline=inline, timings=timings, started=t0,
+                                    when_ended=when_ended)
             except CommitStateUnknownError:
                 raise
             except Exception as exc:  # noqa: BLE001 - any failure after the journal leaves the outcome unknown
@@ -225,7 +232,8 @@ class JobCommitter:
 
     def _finish(self, journal: CommitJournal, context: CommitContext, *, entry: OrderEntry | None = None,
                 inline: dict[str, TaskManifest | None] | None = None, timings: dict[str, float] | None = None,
-                started: float | None = None, validated: bool = True) -> CommitReport:
+                started: float | None = None, validated: bool = True,
+                when_ended: Callable[[int], None] | None = None) -> CommitReport:
         if entry is None:  # recover: the job may have ended meanwhile, by another process's hand
             entry = self._place_of(journal)
             if entry is None:
@@ -235,7 +243,8 @@ class JobCommitter:
                 return self._ended_elsewhere(journal, ended)
         try:
             return self._carry_out(journal, entry, context, inline=inline or {}, timings=dict(timings or {}),
-                                   t0=started if started is not None else time.monotonic(), validated=validated)
+                                   t0=started if started is not None else time.monotonic(), validated=validated,
+                                   when_ended=when_ended)
         except MpcommitError:
             ended = self.order.outcome(entry.position)
             if ended is not None:  # another process finished it while this one was at it
@@ -273,7 +282,7 @@ class JobCommitter:
 
     def _carry_out(self, journal: CommitJournal, entry: OrderEntry, context: CommitContext, *,
                    inline: dict[str, TaskManifest | None], timings: dict[str, float], t0: float,
-                   validated: bool) -> CommitReport:
+                   validated: bool, when_ended: Callable[[int], None] | None = None) -> CommitReport:
         if not validated:
             # Recover: every manifest is read and validated before the first complete (I7), as a first commit
             # does before its journal -- never one bad manifest found after half the files are visible.
@@ -372,6 +381,8 @@ class JobCommitter:
         faults.checkpoint("commit.after_success")
         _ended, ours = self.order.end(entry, Outcome.COMMITTED)
         timings["success"] = time.monotonic() - t
+        if when_ended is not None:
+            when_ended(entry.position)
 
         t = time.monotonic()
         self._quiet()
