@@ -217,6 +217,19 @@ def test_the_stream_commit_table_judges_the_target_at_100_files_with_latency():
     assert "| 1.10 s | 1.10 s | not met |" in "\n".join(report_tables.render_stream_commit({"s1": s}, slow))
 
 
+def test_the_stream_commit_table_keeps_each_version_of_the_code_apart():
+    before, after = _session("s1"), _session("s2")
+    before["git"] = {"commit": "aaaaaaaaaa", "dirty": False}
+    after["git"] = {"commit": "bbbbbbbbbb", "dirty": False}
+    after["started"] = "2026-11-26 11:00:00 UTC"
+    runs = [{"kind": "run", "session": sid, "network": "s3", "files": 100, "seconds": t + i / 100, "pair": i}
+            for i in range(5) for sid, t in (("s1", 1.2), ("s2", 0.8))]
+    text = "\n".join(report_tables.render_stream_commit({"s1": before, "s2": after}, runs))
+    assert text.index("**Code at aaaaaaaaaa**") < text.index("**Code at bbbbbbbbbb**")
+    assert text.count("| not met |") == 1 and text.count("| met |") == 1
+    assert text.index("| not met |") < text.index("**Code at bbbbbbbbbb**") < text.index("| met |")
+
+
 def test_the_door_table_says_whether_the_interval_clears_1_05x():
     s = _session("s1")
     runs = [{"kind": "run", "session": "s1", "variant": v, "pair": p, "rows": 100, "files": 8, "seconds": t}
