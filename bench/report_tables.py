@@ -544,11 +544,15 @@ def render_compaction(sessions: Sessions, runs: Sequence[Run]) -> list[str]:
     return out or ["", "_No records yet._"]
 
 
+#: bench_task_scale's raw runs go straight to the server: no proxy counts them (the peers' raw runs have one).
+TASK_SCALE_NETWORK_LABELS = {**NETWORK_LABELS, "raw": "raw (straight to the server, no proxy, no added latency)"}
+
+
 def render_task_scale(sessions: Sessions, runs: Sequence[Run]) -> list[str]:
     runs = _with_network(sessions, runs)
     out: list[str] = []
     for (network, partitions), rs in sorted(_group(runs, "network", "partitions").items(), key=lambda kv: (str(kv[0][0]), kv[0][1] or 0)):
-        out += ["", f"**{partitions:,} partitions in one task, {NETWORK_LABELS.get(network, network)}**", ""]
+        out += ["", f"**{partitions:,} partitions in one task, {TASK_SCALE_NETWORK_LABELS.get(network, network)}**", ""]
         rows = []
         for v in [v for v in ("mpcommit", "pyarrow", "serial") if any(r["variant"] == v for r in rs)]:
             vr = [r for r in rs if r["variant"] == v]

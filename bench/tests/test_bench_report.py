@@ -237,3 +237,14 @@ def test_the_door_table_says_whether_the_interval_clears_1_05x():
     assert "**met**" in "\n".join(report_tables.render_datasource_door({"s1": s}, runs))
     slower = [{**r, "seconds": r["seconds"] * (1.5 if r["variant"] == "source" else 1)} for r in runs]
     assert "**not met**" in "\n".join(report_tables.render_datasource_door({"s1": s}, slower))
+
+
+def test_the_task_scale_table_says_its_raw_runs_have_no_proxy():
+    s = _session("s1", network="raw")
+    runs = [{"kind": "run", "session": "s1", "variant": v, "pair": p, "partitions": 1000, "seconds": t, "commit_s": c,
+             "files": 1000, "bytes": 1 << 30, "peak_rss": 1 << 26}
+            for p in range(3) for v, t, c in (("mpcommit", 18.0, 5.0), ("pyarrow", 39.0, 0.0))]
+    text = "\n".join(report_tables.render_task_scale({"s1": s}, runs))
+    assert "**1,000 partitions in one task, raw (straight to the server, no proxy, no added latency)**" in text
+    assert "counting proxy" not in text
+    assert "**0.59x** (95% CI 0.59-0.59, n=3)" in text
