@@ -77,7 +77,7 @@ class CommittedKeys:
             self._file = tempfile.TemporaryFile(prefix="mpcommit-keys-", dir=self.directory)
         self._held.sort()
         start = self._file.seek(0, 2)
-        self._file.write(b"".join(orjson.dumps(k) + b"\n" for k in self._held))
+        self._file.writelines(orjson.dumps(k) + b"\n" for k in self._held)  # through the file's buffer
         self._runs.append((start, self._file.tell() - start))
         self._held = []
 
