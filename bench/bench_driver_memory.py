@@ -13,7 +13,8 @@ not what is measured here):
   carried their manifest in-line is counted, not assumed.
 * ``replay``: the driver's side of the same path without Spark: the task results as Spark's ``collect`` hands them
   over (``TaskResult.to_bytes()`` rows, 100 files per task, manifests in-line), decoded and committed as
-  ``mpcommit.spark.write`` does (``TaskResult.from_bytes`` then ``Job.commit``). With ``--referenced`` every result
+  ``mpcommit.spark.write`` does (``TaskResult.from_bytes`` into ``HandedOverResults``, the rows let go, then
+  ``Job.commit``). With ``--referenced`` every result
   names its manifest instead and the commit reads them from the store, streamed (the product's path for large
   manifests): the case that should keep a million files bounded. Besides the peaks, the heap is broken down by
   allocation site (tracemalloc, grouped by file and line) just before ``_SUCCESS`` is written, when everything the
@@ -141,6 +142,7 @@ def replay_one(files: int, *, referenced: bool, trace: bool) -> dict[str, Any]:
 
     from bench.bench_commit_scale import BUCKET, THREADS, Stub
     from mpcommit import Job
+    from mpcommit.protocol.commit.committed import HandedOverResults
     from mpcommit.protocol.records.manifest import TaskResult
 
     stub = Stub()
@@ -172,7 +174,11 @@ def replay_one(files: int, *, referenced: bool, trace: bool) -> dict[str, Any]:
                 tracemalloc.start()
             t1 = time.perf_counter()
             rows = _read_rows(rows_path)  # the collected rows arrive in the driver
-            results = [TaskResult.from_bytes(b, destination=job.destination, job_id=job.job_id) for b in rows]
+            tasks, rows_bytes = len(rows), sum(len(b) for b in rows)
+            # As mpcommit.spark.writer.run_spark_tasks: decoded, handed over to the commit, the rows not kept.
+            results = HandedOverResults(TaskResult.from_bytes(b, destination=job.destination, job_id=job.job_id)
+                                        for b in rows)
+            del rows
             inline = sum(res.manifest is not None for res in results)
             report = job.commit(results)
             wall = time.perf_counter() - t1
@@ -182,8 +188,8 @@ def replay_one(files: int, *, referenced: bool, trace: bool) -> dict[str, Any]:
                 tracemalloc.stop()
         assert report.files == files, (report.files, files)
         success = make_client(stub.endpoint).head_object(Bucket=BUCKET, Key=job.destination.success_key)["ContentLength"]
-        out = {"mode": "replay", "files": files, "tasks": len(rows), "inline": inline, "referenced": referenced,
-               "traced": trace, "rows_bytes": sum(len(b) for b in rows), "commit_s": wall, "setup_s": setup_s,
+        out = {"mode": "replay", "files": files, "tasks": tasks, "inline": inline, "referenced": referenced,
+               "traced": trace, "rows_bytes": rows_bytes, "rows_kept": False, "commit_s": wall, "setup_s": setup_s,
                "rss_growth_mib": rss.growth_mib, "rss_before_mib": rss.base / MiB, "success_bytes": success,
                "timings": dict(report.timings)}
         if trace:

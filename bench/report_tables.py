@@ -482,7 +482,7 @@ def render_driver_memory(sessions: Sessions, runs: Sequence[Run]) -> list[str]:
                      _mib(median((r.get("jvm_rss_growth_mib")) for r in rs)) if any(r.get("jvm_rss_growth_mib") is not None for r in rs) else "–",
                      fmt_bytes(median(r.get("success_bytes") for r in rs))])
     out += md_table(["path", "files", "runs", "tasks", "results with the manifest in-line",
-                     "driver RSS growth (peak)", "driver heap peak (tracemalloc)", "collected results held",
+                     "driver RSS growth (peak)", "driver heap peak (tracemalloc)", "collected results (size)",
                      "job commit", "Spark JVM RSS growth (local mode: holds the executors too)", "`_SUCCESS`"], rows)
     growth = []
     for variant, rs in _group(runs, "variant").items():

@@ -24,13 +24,13 @@ from .base import FileFormat
 
 
 def add_empty_result_file(spec: JobSpec, fmt: FileFormat, schema: pa.Schema, results: Sequence[TaskResult], *,
-                          partitioned: bool) -> list[TaskResult]:
+                          partitioned: bool) -> Sequence[TaskResult]:
     """``results``, with the file Spark leaves for no rows when no task wrote a file and the write is not
     partitioned: written on this process as a new attempt of task 0 (``part-00000-JOBID.c000.EXT``), whose result
     replaces task 0's (an attempt that wrote nothing; the job commit finds it and has nothing of it to abort).
     ``schema``: the files' schema (the data's, without partition columns)."""
     if partitioned or any(r.files for r in results):
-        return list(results)
+        return results  # as it is: results handed over to the commit stay handed over (HandedOverResults)
     attempt = 1 + max((r.attempt for r in results if r.task_id == 0), default=-1)
     with spec.task(0, attempt) as task:
         with task.create("", fmt.extension, content_type=fmt.content_type) as sink:

@@ -30,6 +30,7 @@ from ..options import OrderSettings, S3Options, WriterSettings
 from ..pool import ProgressHook
 from ..store.s3 import S3Store, store_for
 from .commit import DEFAULT_COMMIT_THREADS, AbortReport, CommitReport, JobCommitter
+from .commit.committed import HandedOverResults
 from .heartbeat import Heartbeat
 from .layout import HIDDEN_ROOT, ORDER_ROOT, Destination, JobPaths, check_job_id, new_job_id, owner_of_key, parse_uri
 from .order import OrderSnapshot
@@ -194,7 +195,9 @@ class Job:
         timings = {"write": time.monotonic() - self.created_at}
         timings.update(extra_timings or {})
         try:
-            report = self._committer.commit(self.descriptor, list(results), ignored=self.ignored,
+            # Results handed over are the commit's own: passed as they are, for it to let go (HandedOverResults).
+            given = results if isinstance(results, HandedOverResults) else list(results)
+            report = self._committer.commit(self.descriptor, given, ignored=self.ignored,
                                             extra_timings=timings, delete=delete, merged=merged, since=since,
                                             when_ended=when_ended)
         except CommitStateUnknownError:

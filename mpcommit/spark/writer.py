@@ -34,6 +34,7 @@ from ..formats.partitioning import DEFAULT_MAX_OPEN_WRITERS
 from ..modes import PartitionOverwrite, WriteMode
 from ..options import S3Options, WriterSettings
 from ..protocol.commit import DEFAULT_COMMIT_THREADS, CommitReport
+from ..protocol.commit.committed import HandedOverResults
 from ..protocol.job import Job
 from ..protocol.records.manifest import TaskResult
 from .plan import StartedWrite, TaskHook, plan_write
@@ -122,14 +123,15 @@ def write_request(df: "DataFrame", request: WriteRequest, *, task_hook: TaskHook
     started = planned.start(spark=df.sparkSession, task_hook=task_hook)
     if started.ignored:
         return started.finish([])
-    results = run_spark_tasks(df, started)
+    results = run_spark_tasks(df, started)  # handed over: the commit lets each in-line manifest go once placed
     return started.finish(results, runner=_spark_runner(df, started.job) if request.settings.merge else None,
                           spark=df.sparkSession)
 
 
-def run_spark_tasks(df: "DataFrame", started: StartedWrite) -> list[TaskResult]:
+def run_spark_tasks(df: "DataFrame", started: StartedWrite) -> HandedOverResults:
     """One mapInArrow task per Spark partition, each writing and committing its attempt; the driver collects
-    their results. If the Spark job fails, the job is rolled back."""
+    their results, decoded (the collected rows are not kept) and handed over to the job commit. If the Spark job
+    fails, the job is rolled back."""
     plan, job = started.task_plan, started.job
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -139,7 +141,8 @@ def run_spark_tasks(df: "DataFrame", started: StartedWrite) -> list[TaskResult]:
     try:
         with _job_description(df, f"mpcommit: write {plan.fmt.name} to {job.destination.uri} (job {job.job_id})"):
             rows = df.mapInArrow(run, RESULT_SCHEMA).collect()
-        return [TaskResult.from_bytes(bytes(row[0]), destination=job.destination, job_id=job.job_id) for row in rows]
+        return HandedOverResults(TaskResult.from_bytes(bytes(row[0]), destination=job.destination, job_id=job.job_id)
+                                 for row in rows)
     except BaseException as exc:
         started.abort()
         missing = _missing_module(exc)

@@ -17,7 +17,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import IO, Any
 
 from botocore.exceptions import ClientError
 
@@ -347,17 +347,19 @@ class S3Store:
         # the retry of the request itself: retry the whole read.
         return call_with_retry(read, policy=self.options.retry, describe=f"reading s3://{bucket}/{key}")
 
-    def put_object(self, bucket: str, key: str, body: bytes, *, if_none_match: bool = False,
+    def put_object(self, bucket: str, key: str, body: bytes | IO[bytes], *, if_none_match: bool = False,
                    if_match: str | None = None, content_type: str = "application/json") -> str:
         """Write an object. ``if_none_match``: only if no object has the key (S3's ``If-None-Match: *``);
         ``if_match``: only if the object's ETag is this one. Either raises PreconditionFailedError when it does
-        not hold -- on a store that honours them (:mod:`.conditional` finds out)."""
+        not hold -- on a store that honours them (:mod:`.conditional` finds out). ``body``: bytes, or a seekable
+        file sent from its current position (a large ``_SUCCESS``, streamed from a local file)."""
         params: dict[str, Any] = {"Bucket": bucket, "Key": key, "Body": body, "ContentType": content_type}
         if if_none_match:
             params["IfNoneMatch"] = "*"
         if if_match:
             params["IfMatch"] = if_match
-        r = self._call("put_object", bucket=bucket, key=key, **params)
+        client = None if isinstance(body, (bytes, bytearray, memoryview)) else _FromStart(self._client, body)
+        r = self._call("put_object", client=client, bucket=bucket, key=key, **params)
         return str(r.get("ETag", ""))
 
     def delete_objects(self, bucket: str, keys: Sequence[str]) -> int:
@@ -501,3 +503,17 @@ def store_for(options: S3Options) -> S3Store:
 
 def _make_client(options: S3Options) -> Any:
     return s3_client(options)[0]
+
+
+class _FromStart:
+    """The client, for one PUT of a file body: every attempt sends the file from where it stood at the first. The
+    retry (:mod:`.retry`) calls again with the same file object, which the failed attempt may have read to its end."""
+
+    def __init__(self, client: Any, body: IO[bytes]):
+        self._client = client
+        self._body = body
+        self._start = body.tell()
+
+    def put_object(self, **params: Any) -> Any:
+        self._body.seek(self._start)
+        return self._client.put_object(**params)

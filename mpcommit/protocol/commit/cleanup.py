@@ -4,7 +4,7 @@ retried tasks), and the job's records under its hidden prefix."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Container, Iterable, Iterator
 
 from ...errors import ManifestError, NoSuchKeyError
 from ...store.s3 import S3Store, UploadInfo
@@ -30,7 +30,7 @@ class JobCleanup:
         self.context = context
         self.manifests = ManifestReader(store, destination, job_id)
 
-    def abort_leftovers(self, journal: CommitJournal, winners: set[str]) -> int:
+    def abort_leftovers(self, journal: CommitJournal, winners: Container[str]) -> int:
         """Abort every other upload of this job: losers' manifests first, then whatever the listing shows.
         ``winners``: upload ids completed by the commit (S3's upload ids are unique)."""
         winner_keys = set(journal.winners)
@@ -51,7 +51,7 @@ class JobCleanup:
         aborted = self.abort_all()
         return aborted, self.remove_records(journal_first=False)
 
-    def _abort_manifested(self, *, skip: set[str] = frozenset(), keep: set[str] = frozenset()) -> int:  # type: ignore[assignment]
+    def _abort_manifested(self, *, skip: Container[str] = frozenset(), keep: Container[str] = frozenset()) -> int:
         bucket = self.destination.bucket
 
         def uploads() -> Iterator[PendingUpload]:
@@ -68,7 +68,7 @@ class JobCleanup:
 
         return self._abort(uploads())
 
-    def abort_listed(self, *, exclude: set[str] = frozenset()) -> int:  # type: ignore[assignment]
+    def abort_listed(self, *, exclude: Container[str] = frozenset()) -> int:
         """Abort pending uploads under the destination whose key carries this job's id -- never by prefix alone.
         ``exclude``: upload ids completed by this commit."""
         return self._abort(u for u in self._listed_uploads() if u.upload_id not in exclude)

@@ -41,6 +41,7 @@ from ..records.manifest import PendingUpload, StagedFile, TaskManifest, TaskResu
 from ..records.order import OrderEntry, Outcome, OrderOutcome, table_paths
 from ..records.success import PartitionStats, SuccessData
 from .cleanup import JobCleanup
+from .committed import CommittedKeys, HandedOverResults, UploadIds
 from .context import CommitContext
 from .journal import (
     build_journal,
@@ -152,6 +153,11 @@ class JobCommitter:
             timings["order"] = time.monotonic() - t
             self.progress("journal", 1, 1)
             inline = {r.manifest_key: r.manifest for r in by_task.values() if r.manifest is not None}
+            # Past the journal the in-line manifests are held by ``inline`` alone where the caller handed its
+            # results over: each is dropped there as soon as its files are placed (manifests(consume=True)).
+            by_task.clear()
+            if isinstance(results, HandedOverResults):
+                results.clear()
             try:
                 faults.checkpoint("commit.after_journal")
                 return self._finish(journal, context, entry=entry, inline=inline, timings=timings, started=t0,
@@ -294,12 +300,20 @@ class JobCommitter:
             self.order.wait_for_earlier(entry, entry.replaces, take_over=self._take_over, progress=self.progress)
             timings["wait"] = time.monotonic() - t
 
+        # What the commit keeps per file is only what _SUCCESS and the report need (the key) and the upload id:
+        # manifests are streamed, read a few at a time, and their parts dropped as soon as their files are
+        # complete; the keys spill to a local temporary file beyond committed.SPILL_AT, the upload ids are kept as
+        # 8-byte digests (driver memory bounded in files too: :mod:`.committed`). The file is closed on every exit.
+        with CommittedKeys() as filenames:
+            return self._place_and_succeed(journal, entry, context, replacer, filenames, inline=inline,
+                                           timings=timings, t0=t0, when_ended=when_ended)
+
+    def _place_and_succeed(self, journal: CommitJournal, entry: OrderEntry, context: CommitContext,
+                           replacer: Replacer, filenames: CommittedKeys, *, inline: dict[str, TaskManifest | None],
+                           timings: dict[str, float], t0: float,
+                           when_ended: Callable[[int], None] | None) -> CommitReport:
         t = time.monotonic()
-        # What the commit keeps per file is only what _SUCCESS and the report need (the key, its partition's
-        # counts) and the upload id: manifests are streamed, read a few at a time, and their parts dropped as
-        # soon as their files are complete (driver memory flat in parts, linear in files at ~0.3 KB each).
-        winners: set[str] = set()  # upload ids completed: never aborted as leftovers
-        filenames: list[str] = []
+        winners = UploadIds()  # upload ids completed: never aborted as leftovers
         total_bytes = 0
         rows_total: int | None = 0
         partitions: set[str] = set()
@@ -307,13 +321,13 @@ class JobCommitter:
         per_partition: dict[str, list] = {}
         skipped_placed: list[str] = []
 
-        def manifests() -> Iterator[TaskManifest]:
-            return self.manifests.stream(journal.winners, inline, context)
+        def manifests(consume: bool = False) -> Iterator[TaskManifest]:
+            return self.manifests.stream(journal.winners, inline, context, consume=consume)
 
         merged_sources = {key for m in journal.merged for key in m.sources}
 
         def uploads() -> Iterator[PendingUpload | StagedFile]:
-            for m in manifests():
+            for m in manifests(consume=True):  # the last pass: in-line manifests dropped as they are placed
                 yield from m.uploads
                 # Staged files merged at commit time are not moved in: their merged file is completed instead.
                 yield from (f for f in m.staged if f.key not in merged_sources)
@@ -332,7 +346,7 @@ class JobCommitter:
                 return
             if isinstance(item, PendingUpload):
                 winners.add(item.upload_id)
-            filenames.append(item.key)
+            filenames.add(item.key)
             total_bytes += item.size
             rows_total = None if rows_total is None or item.rows is None else rows_total + item.rows
             partitions.add(item.partition)
@@ -364,11 +378,11 @@ class JobCommitter:
 
         t = time.monotonic()
         timings["total"] = time.monotonic() - t0
-        filenames.sort()
         winners.clear()  # not needed past the leftovers' abort: freed before _SUCCESS is built
+        names = filenames.names()  # sorted; the temporary file closed here
         mode = CommitMode.of(journal.mode, journal.partition_overwrite)
         success = SuccessData(
-            job_id=self.job_id, mode=mode.value, filenames=tuple(filenames), bytes=total_bytes, rows=rows_total,
+            job_id=self.job_id, mode=mode.value, filenames=names, bytes=total_bytes, rows=rows_total,
             partitions=tuple(sorted(p for p in partitions if p)), timings={k: round(v, 4) for k, v in timings.items()},
             hostname=socket.gethostname(), purpose=journal.purpose,
             partition_stats={p: PartitionStats(n, b, r) for p, (n, b, r) in sorted(per_partition.items())},

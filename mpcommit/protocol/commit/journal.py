@@ -8,8 +8,10 @@ after, UNKNOWN until ``_SUCCESS`` (``recover`` finishes it from the journal).
 from __future__ import annotations
 
 import socket
+import tempfile
 import time
 from collections.abc import Sequence
+from typing import IO
 
 from ...errors import (
     CommitFailedError,
@@ -29,6 +31,7 @@ from ..layout import Destination, JobPaths
 from ..records.job import CommitJournal, DeleteEntry, JobDescriptor, JobRollback, MergedFile, read_claim
 from ..records.manifest import TaskManifest, TaskResult
 from ..records.success import SuccessData
+from . import committed
 from .context import CommitContext
 from .manifests import ManifestReader
 
@@ -201,14 +204,32 @@ def claim_rollback(store: S3Store, destination: Destination, job_id: str, reason
 def write_success(store: S3Store, destination: Destination, success: SuccessData, *, match_etag: bool) -> bool:
     """Write ``_SUCCESS`` unless a job later in the commit order wrote it already: the file then keeps describing
     the latest commit, whichever of two concurrent jobs finishes last. With ``match_etag`` (the store honours
-    If-Match) the read and the write are one atomic step; else they are two. Returns whether it was written."""
+    If-Match) the read and the write are one atomic step; else they are two. Returns whether it was written.
+
+    Beyond ``committed.SPILL_AT`` files the body (~75 bytes a file) is written to a local temporary file and sent
+    from there, never built whole in memory; the file is closed (and so removed) however the write ends."""
+    if success.files <= committed.SPILL_AT:
+        return _write_success(store, destination, success, success.to_bytes(), match_etag=match_etag)
+    with tempfile.TemporaryFile(prefix="mpcommit-success-", dir=committed.SPILL_DIRECTORY) as body:
+        success.write_to(body)
+        return _write_success(store, destination, success, body, match_etag=match_etag)
+
+
+def _write_success(store: S3Store, destination: Destination, success: SuccessData, body: bytes | IO[bytes], *,
+                   match_etag: bool) -> bool:
     bucket, key = destination.bucket, destination.success_key
+
+    def sent() -> bytes | IO[bytes]:
+        if not isinstance(body, bytes):
+            body.seek(0)  # a file body: from its start on every attempt
+        return body
+
     for _attempt in range(20):
         try:
             data, etag = store.get_object_and_etag(bucket, key)
         except NoSuchKeyError:
             try:
-                store.put_object(bucket, key, success.to_bytes(), if_none_match=match_etag)
+                store.put_object(bucket, key, sent(), if_none_match=match_etag)
                 return True
             except PreconditionFailedError:
                 continue  # another job wrote it first: look again
@@ -216,11 +237,13 @@ def write_success(store: S3Store, destination: Destination, success: SuccessData
             current = SuccessData.from_bytes(data, where=f"s3://{bucket}/{key}")
         except ManifestError:
             current = None  # not ours to keep (another tool's _SUCCESS): replaced
+        del data  # a large _SUCCESS read is not held through the write
         if (current is not None and current.position is not None and success.position is not None
                 and current.position > success.position and current.job_id != success.job_id):
             return False
+        del current
         try:
-            store.put_object(bucket, key, success.to_bytes(), if_match=etag if match_etag else None)
+            store.put_object(bucket, key, sent(), if_match=etag if match_etag else None)
             return True
         except PreconditionFailedError:
             continue

@@ -30,13 +30,16 @@ class ManifestReader:
                                        destination=self.destination, job_id=self.job_id)
 
     def stream(self, keys: Sequence[str], inline: Mapping[str, TaskManifest | None],
-               context: CommitContext) -> Iterator[TaskManifest]:
+               context: CommitContext, *, consume: bool = False) -> Iterator[TaskManifest]:
         """The manifests named by ``keys``, in order: inline ones as they are, the others read ahead in parallel
         on the context's outer pool, each dropped by the caller once its files are handed on -- never all held.
 
         How many are read ahead follows their size: MANIFEST_PARTS_AHEAD divided by the largest manifest's
         parts seen so far, between 1 and MANIFESTS_AHEAD (2 before the first is read). Small manifests are thus
         read many at a time (a GET each would otherwise cost a round trip per task), large ones one ahead.
+
+        ``consume`` (the commit's last pass, ``inline`` a dict): each in-line manifest is taken out of ``inline``
+        as it is handed on, so that the commit does not hold it once its files are placed.
         """
         ahead: deque[tuple[Future[tuple[TaskManifest, int]] | None, TaskManifest | None]] = deque()
         pending = iter(keys)
@@ -56,7 +59,7 @@ class ManifestReader:
                 key = next(pending, None)
                 if key is None:
                     return
-                m = inline.get(key)
+                m = inline.pop(key, None) if consume else inline.get(key)  # type: ignore[attr-defined]
                 ahead.append((None, m) if m is not None else (context.beside(read, key), None))
 
         fill()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -26,7 +26,9 @@ class CommitReport:
     uri: str
     mode: CommitMode
     outcome: CommitOutcome
-    filenames: tuple[str, ...] = ()
+    #: Sorted. A tuple, or for a large commit its compressed list (:class:`.committed.FileNames`): len, iteration
+    #: and indexing as a tuple, without a million strings held.
+    filenames: Sequence[str] = ()
     bytes: int = 0
     rows: int | None = 0
     partitions: tuple[str, ...] = ()
