@@ -494,7 +494,8 @@ def render_driver_memory(sessions: Sessions, runs: Sequence[Run]) -> list[str]:
                 g_heap = (heap.get(big) or 0) - (heap.get(10_000) or 0)
                 verdict = "" if big < 1_000_000 else (" -- **within** the 100 MiB bound" if max(g_rss, g_heap) < 100
                                                       else " -- **over** the 100 MiB bound (issue 25 item 5)")
-                growth.append(f"- {variant}, 10,000 -> {big:,} files: RSS {g_rss:+.1f} MiB, heap {g_heap:+.1f} MiB{verdict}")
+                name = variant[0] if isinstance(variant, tuple) else variant
+                growth.append(f"- {name}, 10,000 -> {big:,} files: RSS {g_rss:+.1f} MiB, heap {g_heap:+.1f} MiB{verdict}")
     if growth:
         out += ["", "Growth with the files (medians):", "", *growth]
     for variant, rs in _group([r for r in runs if r.get("sites_at_success")], "variant").items():
