@@ -170,8 +170,10 @@ class TaskAttempt:
             raise JobStateError(f"task {self.task_id} attempt {self.attempt} was aborted")
 
     # ------------------------------------------------------------ commit and abort
-    def commit(self) -> TaskResult:
-        """Record every pending upload in this attempt's manifest and return the small result for the driver."""
+    def commit(self, *, inline_parts: int = INLINE_MAX_PARTS) -> TaskResult:
+        """Record every pending upload in this attempt's manifest and return the small result for the driver,
+        which carries the manifest in-line when it has at most ``inline_parts`` parts (the job's share per task,
+        :func:`~mpcommit.protocol.records.manifest.inline_parts_per_task`)."""
         self._check_writable()
         faults.checkpoint("task.before_commit")
         self.drain()
@@ -183,7 +185,7 @@ class TaskAttempt:
                 "close every writer (leave its `with` block) before committing the task"
             )
         self._result = record_manifest(self._store, self.spec, self.task_id, self.attempt, self.nonce,
-                                       self._uploads, self._staged)
+                                       self._uploads, self._staged, inline_parts=inline_parts)
         self._close_pool()
         faults.checkpoint("task.after_commit")
         return self._result
@@ -228,7 +230,8 @@ class TaskAttempt:
 
 
 def record_manifest(store: S3Store, spec: JobSpec, task_id: int, attempt: int, nonce: str,
-                    uploads: Iterable[PendingUpload], staged: Iterable[StagedFile] = ()) -> TaskResult:
+                    uploads: Iterable[PendingUpload], staged: Iterable[StagedFile] = (), *,
+                    inline_parts: int = INLINE_MAX_PARTS) -> TaskResult:
     """Write one task attempt's manifest -- its pending uploads and staged files, validated (I7) -- and return
     the small result the driver commits. What ``TaskAttempt.commit`` does, and what a compaction does for
     uploads it made itself, one per bin."""
@@ -244,7 +247,7 @@ def record_manifest(store: S3Store, spec: JobSpec, task_id: int, attempt: int, n
     store.put_object(spec.destination.bucket, manifest_key, manifest.to_bytes())
     return TaskResult(
         job_id=spec.job_id, task_id=task_id, attempt=attempt, manifest_key=manifest_key,
-        manifest=manifest if manifest.part_count <= INLINE_MAX_PARTS else None,
+        manifest=manifest if manifest.inline_parts <= min(inline_parts, INLINE_MAX_PARTS) else None,
         files=len(uploads) + len(staged), bytes=manifest.bytes,
         rows=merge_rows([u.rows for u in uploads] + [s.rows for s in staged]),
         partitions=tuple(sorted({u.partition for u in uploads} | {s.partition for s in staged})),

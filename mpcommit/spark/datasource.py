@@ -34,7 +34,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from ..errors import UsageError
-from ..protocol.records.manifest import TaskResult
+from ..protocol.records.manifest import InlineBudget, TaskResult
 from .plan import WriteHandle, arrow_schema_of, plan_write
 from .session import Recorder, SessionSettings
 from .source_options import parse
@@ -99,13 +99,15 @@ class BatchWrite:
 
 
 def results_of(messages: Sequence[Message | None], handle: WriteHandle) -> list[TaskResult]:
-    """The tasks' results, each checked to belong to the job (I7)."""
+    """The tasks' results, each checked to belong to the job (I7); in-line manifests decoded only within the job's
+    in-line budget (the rest the commit streams from their stored copies)."""
     spec = handle.spec
     out = []
+    budget = InlineBudget()
     for m in messages:
         if m is None or getattr(m, "result", None) is None:
             continue
         if getattr(m, "job_id", None) != spec.job_id:
             raise UsageError(f"a task's commit message is not mpcommit's for job {spec.job_id}: {m!r}")
-        out.append(TaskResult.from_bytes(m.result, destination=spec.destination, job_id=spec.job_id))
+        out.append(TaskResult.from_bytes(m.result, destination=spec.destination, job_id=spec.job_id, budget=budget))
     return out

@@ -39,7 +39,7 @@ from ..modes import PartitionOverwrite, WriteMode
 from ..protocol.commit import CommitReport
 from ..protocol.job import Job
 from ..protocol.records.job import JobDescriptor, MergedFile
-from ..protocol.records.manifest import TaskResult
+from ..protocol.records.manifest import INLINE_MAX_PARTS, TaskResult
 from ..protocol.task import JobSpec
 from ..store.s3 import store_for
 from .request import WriteRequest
@@ -71,6 +71,8 @@ class TaskPlan:
     #: A data source's plan, made without seeing the session: the settings it took, checked in each task.
     session: SessionSettings | None = None
     consulted: frozenset[str] = frozenset()
+    #: The parts a task's result may carry in-line: the job's share per task when its task count is known.
+    inline_parts: int = INLINE_MAX_PARTS
 
 
 @dataclasses.dataclass(frozen=True)

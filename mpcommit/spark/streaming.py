@@ -86,7 +86,7 @@ from ..protocol.layout import HIDDEN_ROOT, Destination, parse_uri, table_of
 from ..protocol.order import TableOrder
 from ..protocol.records.base import Reader, check_kind, dumps, loads_object
 from ..protocol.records.job import JobDescriptor
-from ..protocol.records.manifest import TaskResult
+from ..protocol.records.manifest import InlineBudget, TaskResult
 from ..protocol.records.order import Outcome
 from ..protocol.task import JobSpec
 from ..store.conditional import conditional_writes
@@ -358,7 +358,8 @@ class BatchCommit:
         with ThreadPoolExecutor(3, thread_name_prefix="mpcommit-stream") as pool:
             descriptor = pool.submit(self._descriptor, job_id)
             try:
-                results = [TaskResult.from_bytes(m.result, destination=self.destination, job_id=job_id)
+                budget = InlineBudget()
+                results = [TaskResult.from_bytes(m.result, destination=self.destination, job_id=job_id, budget=budget)
                            for m in self.messages if m.result is not None]
                 claimed = self._claim(book, query_id, job_id, pool)
             except BaseException:

@@ -62,7 +62,7 @@ def run_task(plan: TaskPlan, batches: Iterable[pa.RecordBatch], *, spec: Any = N
         except BaseException:
             out.abort()
             raise  # and the task attempt's __exit__ aborts every upload it made
-        return task.commit()
+        return task.commit(inline_parts=plan.inline_parts)
 
 
 def _local_dir() -> str | None:

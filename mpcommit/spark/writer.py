@@ -21,6 +21,7 @@ unknown (it failed after its journal was written), nothing is cleaned up and the
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import sys
@@ -36,7 +37,7 @@ from ..options import S3Options, WriterSettings
 from ..protocol.commit import DEFAULT_COMMIT_THREADS, CommitReport
 from ..protocol.commit.committed import HandedOverResults
 from ..protocol.job import Job
-from ..protocol.records.manifest import TaskResult
+from ..protocol.records.manifest import InlineBudget, TaskResult, inline_parts_per_task
 from .plan import StartedWrite, TaskHook, plan_write
 from .request import Settings, WriteRequest
 from .session import Recorder, SessionSettings
@@ -131,8 +132,17 @@ def write_request(df: "DataFrame", request: WriteRequest, *, task_hook: TaskHook
 def run_spark_tasks(df: "DataFrame", started: StartedWrite) -> HandedOverResults:
     """One mapInArrow task per Spark partition, each writing and committing its attempt; the driver collects
     their results, decoded (the collected rows are not kept) and handed over to the job commit. If the Spark job
-    fails, the job is rolled back."""
+    fails, the job is rolled back.
+
+    The driver's memory stays bounded with the files: each task carries its manifest in-line only within its
+    share of the job's in-line budget (from the task count Spark's plan gives), and the driver decodes in-line
+    manifests only while that budget lasts (a count that was unknown or too low); the rest the commit streams
+    from their stored copies."""
     plan, job = started.task_plan, started.job
+    tasks = estimated_tasks(df)
+    if tasks is not None:
+        plan = dataclasses.replace(plan, inline_parts=inline_parts_per_task(tasks))
+    budget = InlineBudget()
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         result = run_task(plan, batches)
@@ -141,8 +151,15 @@ def run_spark_tasks(df: "DataFrame", started: StartedWrite) -> HandedOverResults
     try:
         with _job_description(df, f"mpcommit: write {plan.fmt.name} to {job.destination.uri} (job {job.job_id})"):
             rows = df.mapInArrow(run, RESULT_SCHEMA).collect()
-        return HandedOverResults(TaskResult.from_bytes(bytes(row[0]), destination=job.destination, job_id=job.job_id)
-                                 for row in rows)
+        rows.reverse()  # decoded from the end of the list, so that each row is let go once decoded
+        results = HandedOverResults()
+        while rows:
+            results.append(TaskResult.from_bytes(bytes(rows.pop()[0]), destination=job.destination,
+                                                 job_id=job.job_id, budget=budget))
+        if budget.dropped:
+            log.info("job %s: %d of %d task results past the in-line budget; the commit reads their manifests "
+                     "from the store", job.job_id, budget.dropped, len(results))
+        return results
     except BaseException as exc:
         started.abort()
         missing = _missing_module(exc)
@@ -155,6 +172,27 @@ def run_spark_tasks(df: "DataFrame", started: StartedWrite) -> HandedOverResults
                 f"{sys.executable}. Job {job.job_id} was rolled back: nothing was written."
             ) from exc
         raise
+
+
+def estimated_tasks(df: "DataFrame") -> int | None:
+    """How many tasks writing ``df`` will run, from its physical plan and without running anything; None when the
+    plan does not say (Spark Connect, or a scan whose split count only its RDD knows and that sits under adaptive
+    execution). An adaptive plan's count is the one before its shuffles are coalesced: never fewer than the tasks
+    that run, unless skew splitting adds some -- the driver's own budget covers that."""
+    try:
+        execution = df._jdf.queryExecution()
+        physical = execution.executedPlan()
+        if physical.getClass().getSimpleName() != "AdaptiveSparkPlanExec":
+            n = physical.outputPartitioning().numPartitions()
+            # A plan without exchanges makes its RDD without running a job: its partitions are the tasks.
+            return int(n) if n > 0 else int(execution.toRdd().getNumPartitions())
+        n = physical.inputPlan().outputPartitioning().numPartitions()
+        conf = df.sparkSession.conf
+        shuffle = conf.get("spark.sql.adaptive.coalescePartitions.initialPartitionNum", None) \
+            or conf.get("spark.sql.shuffle.partitions", "200")
+        return max(int(n), int(shuffle))
+    except Exception:  # noqa: BLE001 - Spark Connect (no _jdf) or a plan shape this does not know
+        return None
 
 
 def _spark_runner(df: "DataFrame", job: Job) -> Runner | None:

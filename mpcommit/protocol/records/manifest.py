@@ -21,6 +21,38 @@ MANIFEST_VERSION = 1
 # Above this many parts in total, a task result references its manifest instead of carrying it inline,
 # so that the driver never holds all parts of all files at once.
 INLINE_MAX_PARTS = 256
+#: What a whole job's results may carry in-line, all tasks together. In-line manifests save the commit a read of
+#: each, but the driver holds every one it was handed (~1.5 KB a file, collected and decoded) until the commit
+#: places its files: past this many parts the rest are named, not carried, and the commit streams them from their
+#: stored copies. 20,000 parts keep a job's in-line share near 30 MiB while a job of up to ~20,000 files -- most
+#: jobs -- reads no manifest back.
+INLINE_BUDGET_PARTS = 20_000
+
+
+def inline_parts_per_task(tasks: int | None) -> int:
+    """The parts one task's result may carry in-line when the job runs about ``tasks`` tasks: an even share of
+    :data:`INLINE_BUDGET_PARTS`, at most :data:`INLINE_MAX_PARTS`; the per-task cap alone when the count is not
+    known."""
+    if not tasks or tasks <= 0:
+        return INLINE_MAX_PARTS
+    return min(INLINE_MAX_PARTS, INLINE_BUDGET_PARTS // tasks)
+
+
+class InlineBudget:
+    """The in-line parts a driver still decodes and keeps, over all the results of one job: a result whose
+    manifest does not fit is kept without it (its ``manifest_key`` names the stored copy every task writes, which
+    the commit then streams). Guards the driver where the task count was not known in advance."""
+
+    def __init__(self, parts: int | None = None):
+        self.left = INLINE_BUDGET_PARTS if parts is None else parts
+        self.dropped = 0
+
+    def take(self, parts: int) -> bool:
+        if parts > self.left:
+            self.dropped += 1
+            return False
+        self.left -= parts
+        return True
 
 
 @dataclass(frozen=True, slots=True)  # slots: a manifest of 10,000 parts per file holds many
@@ -138,6 +170,11 @@ class TaskManifest:
     @property
     def part_count(self) -> int:
         return sum(len(u.parts) for u in self.uploads)
+
+    @property
+    def inline_parts(self) -> int:
+        """What carrying it in a task result costs, in parts: every upload part, and one per staged file."""
+        return self.part_count + len(self.staged)
 
     @property
     def bytes(self) -> int:
@@ -283,7 +320,10 @@ class TaskResult:
         )
 
     @classmethod
-    def from_bytes(cls, data: bytes, *, destination: Destination, job_id: str) -> "TaskResult":
+    def from_bytes(cls, data: bytes, *, destination: Destination, job_id: str,
+                   budget: InlineBudget | None = None) -> "TaskResult":
+        """Decode a task's result; with ``budget``, its in-line manifest only while the budget has room (else
+        the result names the stored copy alone, and the manifest is never decoded)."""
         where = "a task result"
         obj = loads_object(data, what="task result", where=where)
         check_kind(obj, kind="mpcommit.TaskResult", versions=(1,), what="task result", where=where)
@@ -291,7 +331,7 @@ class TaskResult:
         inline = obj.get("manifest")
         manifest = (
             TaskManifest.from_json(inline, where=where, destination=destination, job_id=job_id)
-            if isinstance(inline, dict)
+            if isinstance(inline, dict) and (budget is None or budget.take(_inline_parts(inline)))
             else None
         )
         return cls(
@@ -305,6 +345,16 @@ class TaskResult:
             rows=r.int("rows", optional=True),
             partitions=r.list("partitions", lambda v, w: str(v), optional=True),
         )
+
+
+def _inline_parts(manifest: dict[str, Any]) -> int:
+    """The parts of an encoded manifest (a staged file counts as one), counted without decoding it; a malformed
+    one counts as nothing here and is refused, by name, when decoded."""
+    uploads, staged = manifest.get("uploads"), manifest.get("staged")
+    n = len(staged) if isinstance(staged, list) else 0
+    if isinstance(uploads, list):
+        n += sum(len(u["parts"]) for u in uploads if isinstance(u, dict) and isinstance(u.get("parts"), list))
+    return n
 
 
 def merge_rows(values: Iterable[int | None]) -> int | None:
