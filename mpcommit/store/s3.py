@@ -15,9 +15,9 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from email.utils import parsedate_to_datetime
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 from botocore.exceptions import ClientError
 
@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 DELETE_BATCH = 1000  # DeleteObjects takes at most 1,000 keys
 #: Why the CRT transport was not used, logged once per process and reason (at debug: boto3 is a fine transport).
 _FALLBACKS_LOGGED: set[str] = set()
+T = TypeVar("T")
 
 
 class S3Store:
@@ -326,6 +327,34 @@ class S3Store:
                 return bytes(r["Body"].read()), str(r.get("ETag", ""))
             except Exception as exc:  # noqa: BLE001 - a body that breaks off mid-stream is transient
                 raise translate(exc, operation="get_object", bucket=bucket, key=key, endpoint=self.endpoint) from exc
+
+        return call_with_retry(read, policy=self.options.retry, describe=f"reading s3://{bucket}/{key}")
+
+    def read_object_and_etag(self, bucket: str, key: str, consume: Callable[[Iterator[bytes]], T], *,
+                             chunk_size: int = 1 << 20) -> tuple[T, str]:
+        """``consume(chunks)`` over the object's body as it streams in, and the ETag it was read with: an object
+        too large to hold is read in about one chunk of memory. A body that breaks off is transient: the whole
+        read is retried, ``consume`` called again from the start; what ``consume`` raises is its own."""
+
+        def read() -> tuple[T, str]:
+            r = self._call("get_object", bucket=bucket, key=key, Bucket=bucket, Key=key)
+
+            def chunks() -> Iterator[bytes]:
+                body = r["Body"].iter_chunks(chunk_size)
+                while True:
+                    try:
+                        chunk = next(body, None)
+                    except Exception as exc:  # noqa: BLE001 - a body that breaks off mid-stream is transient
+                        raise translate(exc, operation="get_object", bucket=bucket, key=key,
+                                        endpoint=self.endpoint) from exc
+                    if chunk is None:
+                        return
+                    yield chunk
+
+            try:
+                return consume(chunks()), str(r.get("ETag", ""))
+            finally:
+                r["Body"].close()
 
         return call_with_retry(read, policy=self.options.retry, describe=f"reading s3://{bucket}/{key}")
 

@@ -5,6 +5,7 @@ it ends."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import tempfile
 
@@ -256,3 +257,69 @@ def test_handed_over_results_refused_before_the_journal_stay_whole(backend, buck
     with pytest.raises(DuplicateTaskResultError):
         job.commit(handed)
     assert len(handed) == 3
+
+
+# ---------------------------------------------------------------- a large _SUCCESS read without its names
+def _success(names, **extra):
+    from mpcommit.protocol.records.success import PartitionStats
+
+    return SuccessData(job_id="j", mode="append", filenames=tuple(names), bytes=1, rows=2, partitions=("",),
+                       partition_stats={"": PartitionStats(len(names), 2, 3)}, **extra)
+
+
+@pytest.mark.parametrize("size", [1, 2, 5, 13, 64, 1 << 16])
+@pytest.mark.parametrize("names", [(), ("t/a",), tuple(sorted(ODD_KEYS + ['t/]"],x', "t/\\", "t/,"]))])
+def test_a_success_read_as_a_stream_skips_its_names(size, names):
+    from mpcommit.protocol.records.success import success_without_names
+
+    data = _success(names, position=9).to_bytes()
+    got, count = success_without_names((data[i:i + size] for i in range(0, len(data), size)), where="t")
+    assert count == len(names)
+    assert got == dataclasses.replace(SuccessData.from_bytes(data, where="t"), filenames=())
+
+
+@pytest.mark.parametrize("cut", [20, 200, -30])
+def test_a_truncated_or_foreign_success_is_refused_by_name(cut):
+    from mpcommit.errors import ManifestCorruptError
+    from mpcommit.protocol.records.success import success_without_names
+
+    data = _success([f"t/p{i}" for i in range(20)]).to_bytes()
+    with pytest.raises(ManifestCorruptError):
+        success_without_names([data[:cut]], where="t")
+    with pytest.raises(ManifestCorruptError):  # S3A's _SUCCESS: another kind
+        success_without_names([b'{"name":"org.apache.hadoop.fs.s3a.commit.files.SuccessData/1","filenames":["/a"]}'],
+                              where="t")
+
+
+def test_a_later_commit_reads_a_large_success_as_a_stream(backend, bucket, monkeypatch):
+    """The second commit of a table whose _SUCCESS spilled reads the old one as a stream (never decoded whole)
+    and replaces it; the stream read's chunks are small."""
+    from mpcommit.protocol.records import success as success_module
+    from mpcommit.store.s3 import S3Store
+
+    monkeypatch.setattr(committed, "SPILL_AT", 4)
+    job, refs = _job_of(backend, bucket, "t")
+    job.commit(refs)
+    seen = []
+    real_read = S3Store.read_object_and_etag
+
+    def small_chunks(self, bucket_, key, consume, chunk_size=1 << 20):
+        seen.append(key)
+        return real_read(self, bucket_, key, consume, chunk_size=64)
+
+    decoded = []
+    real_from_bytes = success_module.SuccessData.from_bytes.__func__
+
+    def from_bytes(cls, data, *, where):
+        decoded.append(len(data))
+        return real_from_bytes(cls, data, where=where)
+
+    monkeypatch.setattr(S3Store, "read_object_and_etag", small_chunks)
+    monkeypatch.setattr(success_module.SuccessData, "from_bytes", classmethod(from_bytes))
+    old = read_object(backend.client, bucket, "t/_SUCCESS")
+    job, refs = _job_of(backend, bucket, "t")
+    report = job.commit(refs)
+    assert seen == ["t/_SUCCESS"]
+    assert decoded and max(decoded) < len(old) / 2, "the old _SUCCESS was decoded with its names"
+    new = SuccessData.from_bytes.__func__(SuccessData, read_object(backend.client, bucket, "t/_SUCCESS"), where="t")
+    assert new.job_id == report.job_id and new.position > 1 and len(new.filenames) == 30

@@ -10,7 +10,7 @@ from __future__ import annotations
 import socket
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import IO
 
 from ...errors import (
@@ -30,7 +30,7 @@ from ...store.s3 import S3Store
 from ..layout import Destination, JobPaths
 from ..records.job import CommitJournal, DeleteEntry, JobDescriptor, JobRollback, MergedFile, read_claim
 from ..records.manifest import TaskManifest, TaskResult
-from ..records.success import SuccessData
+from ..records.success import SuccessData, success_without_names
 from . import committed
 from .context import CommitContext
 from .manifests import ManifestReader
@@ -224,20 +224,22 @@ def _write_success(store: S3Store, destination: Destination, success: SuccessDat
             body.seek(0)  # a file body: from its start on every attempt
         return body
 
+    def which_commit(chunks: Iterator[bytes]) -> SuccessData | None:
+        # Only the job and its place matter here: the names stream past, never decoded (a million are ~75 MB).
+        try:
+            return success_without_names(chunks, where=f"s3://{bucket}/{key}")[0]
+        except ManifestError:
+            return None  # not ours to keep (another tool's _SUCCESS): replaced
+
     for _attempt in range(20):
         try:
-            data, etag = store.get_object_and_etag(bucket, key)
+            current, etag = store.read_object_and_etag(bucket, key, which_commit)
         except NoSuchKeyError:
             try:
                 store.put_object(bucket, key, sent(), if_none_match=match_etag)
                 return True
             except PreconditionFailedError:
                 continue  # another job wrote it first: look again
-        try:
-            current = SuccessData.from_bytes(data, where=f"s3://{bucket}/{key}")
-        except ManifestError:
-            current = None  # not ours to keep (another tool's _SUCCESS): replaced
-        del data  # a large _SUCCESS read is not held through the write
         if (current is not None and current.position is not None and success.position is not None
                 and current.position > success.position and current.job_id != success.job_id):
             return False

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import IO, Any
@@ -149,3 +150,50 @@ class SuccessData:
             merged_from=r.int("mergedFrom", optional=True),
             position=r.int("position", optional=True, minimum=1),
         )
+
+
+# ---------------------------------------------------------------- a large _SUCCESS read without its names
+# A _SUCCESS of a million files is ~75 MB of JSON; decoded whole it costs the reader ~200 MB for the moment it is
+# held. A writer that only needs to know which commit wrote it (its job and place) reads it as a stream and skips
+# the names as they pass, holding one chunk at a time.
+_NAMES_START = b'"filenames":['
+#: One name of the list and the comma before it (a name cut by the chunk's end does not match: more is read).
+_NAME = re.compile(rb'\s*+,?+\s*+"(?:[^"\\]++|\\.)*+"')
+_SPACE = re.compile(rb"\s*+")
+#: How far into the file its names list must have started: every field before it is small.
+_HEAD_LIMIT = 1 << 20
+
+
+def success_without_names(chunks: Iterable[bytes], *, where: str) -> tuple[SuccessData, int]:
+    """Every field of a _SUCCESS read from ``chunks`` but its names (``filenames`` is empty in what is returned),
+    and how many names it held. Raises ManifestCorruptError as :meth:`SuccessData.from_bytes` does for anything
+    that is not mpcommit's _SUCCESS."""
+    it = iter(chunks)
+    head = bytearray()
+    for chunk in it:
+        head += chunk
+        start = head.find(_NAMES_START)
+        if start >= 0:
+            buffer = bytes(head[start + len(_NAMES_START):])
+            del head[start + len(_NAMES_START):]
+            break
+        if len(head) > _HEAD_LIMIT:
+            raise ManifestCorruptError(f"_SUCCESS at {where} has no names list near its start; it was not acted upon.")
+    else:
+        return SuccessData.from_bytes(bytes(head), where=where), 0  # no names list: refused by name there
+    names, pos = 0, 0
+    while True:
+        match = _NAME.match(buffer, pos)
+        if match is not None:
+            names, pos = names + 1, match.end()
+            continue
+        rest = _SPACE.match(buffer, pos).end()  # type: ignore[union-attr]
+        if rest < len(buffer) and buffer[rest:rest + 1] == b"]":
+            tail = buffer[rest:] + b"".join(it)
+            return SuccessData.from_bytes(bytes(head) + tail, where=where), names
+        more = next(it, None)
+        if more is None:
+            raise ManifestCorruptError(f"_SUCCESS at {where} ends inside its names list; it may be truncated. It was "
+                                       "not acted upon.")
+        buffer = buffer[pos:] + more
+        pos = 0
