@@ -4,9 +4,10 @@ files, and the driver's side of that path up to a million files.
 Two modes, each case in a fresh process, against the stub server (:mod:`bench.stub_s3`: the server's cost is
 not what is measured here):
 
-* ``spark``: ``mpcommit.spark.write`` of a DataFrame that makes ``files`` Parquet files, 100 per Spark task
-  (so every task's manifest is carried in-line in its result, the Spark path's default: at most
-  ``INLINE_MAX_PARTS`` = 256 parts per manifest), in ``local[2]``. Measured: this Python driver's RSS, sampled
+* ``spark``: ``mpcommit.spark.write`` of a DataFrame that makes ``files`` Parquet files, 100 per Spark task, in
+  ``local[2]``; each task carries its manifest in-line within its share of the job's in-line budget
+  (``INLINE_BUDGET_PARTS`` over the task count Spark's plan gives, at most ``INLINE_MAX_PARTS`` = 256 parts), the
+  rest named and streamed by the commit. Measured: this Python driver's RSS, sampled
   every 10 ms, from just before ``write`` to its end (peak growth), in one run; the Python heap's peak
   (tracemalloc) during ``write`` in a second run (tracemalloc's own bookkeeping would inflate RSS); the Spark JVM's
   RSS alongside (in local mode it holds the executors too: reported, not the figure). How many task results
@@ -143,7 +144,7 @@ def replay_one(files: int, *, referenced: bool, trace: bool) -> dict[str, Any]:
     from bench.bench_commit_scale import BUCKET, THREADS, Stub
     from mpcommit import Job
     from mpcommit.protocol.commit.committed import HandedOverResults
-    from mpcommit.protocol.records.manifest import TaskResult
+    from mpcommit.protocol.records.manifest import InlineBudget, TaskResult
 
     stub = Stub()
     fd, rows_path = tempfile.mkstemp(prefix="bench-driver-rows-")
@@ -175,9 +176,12 @@ def replay_one(files: int, *, referenced: bool, trace: bool) -> dict[str, Any]:
             t1 = time.perf_counter()
             rows = _read_rows(rows_path)  # the collected rows arrive in the driver
             tasks, rows_bytes = len(rows), sum(len(b) for b in rows)
-            # As mpcommit.spark.writer.run_spark_tasks: decoded, handed over to the commit, the rows not kept.
-            results = HandedOverResults(TaskResult.from_bytes(b, destination=job.destination, job_id=job.job_id)
-                                        for b in rows)
+            # As mpcommit.spark.writer.run_spark_tasks: decoded within the job's in-line budget (the results were
+            # made with the per-task cap alone, as where Spark's plan gives no task count), handed over to the
+            # commit, the rows not kept.
+            budget = InlineBudget()
+            results = HandedOverResults(TaskResult.from_bytes(b, destination=job.destination, job_id=job.job_id,
+                                                              budget=budget) for b in rows)
             del rows
             inline = sum(res.manifest is not None for res in results)
             report = job.commit(results)
@@ -287,7 +291,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     for files in args.files:
         for repeat in range(args.repeats):
             row: dict[str, Any] = {}
-            for trace in (False, True):
+            for trace in (False,) if args.no_trace else (False, True):
                 cmd = [sys.executable, "-m", "bench.bench_driver_memory", f"{args.cmd}-one", str(files)]
                 if args.cmd == "replay" and args.referenced:
                     cmd.append("--referenced")
@@ -325,6 +329,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--files", type=int, nargs="+", default=[10_000, 100_000])
         p.add_argument("--repeats", type=int, default=1)
         p.add_argument("--records", default=None, help="directory of the raw records (default bench/results)")
+        p.add_argument("--no-trace", action="store_true", help="skip the second, traced run of each case (heap "
+                       "peak and allocation sites): for cases too long to run twice")
         if name == "spark":
             p.add_argument("--format", default="parquet")
             p.add_argument("--tasks", type=int, default=0, help=f"Spark tasks (default files / {FILES_PER_TASK})")
