@@ -467,10 +467,25 @@ def _rate_verdict(files: int, rate: float | None, cpu: float | None, any_failed:
 
 
 def render_driver_memory(sessions: Sessions, runs: Sequence[Run]) -> list[str]:
+    """Issue 25 item 5: a table per version of the code measured (oldest first), growth computed within each."""
     failed = [r for r in runs if not r.get("files")]
     runs = [r for r in runs if r.get("files")]
     if not runs:
         return ["", "_No records yet._"] + [f"- failed: {r.get('variant')}: {r.get('failed')}" for r in failed]
+    by_code: dict[str, list[Run]] = {}
+    for r in runs:
+        by_code.setdefault(sessions.get(r.get("session"), {}).get("git", {}).get("commit", "?"), []).append(r)
+    first = {code: min(sessions.get(r.get("session"), {}).get("started", "") for r in rs) for code, rs in by_code.items()}
+    out: list[str] = []
+    for code in sorted(by_code, key=lambda c: first[c]):
+        if len(by_code) > 1:
+            out += ["", f"**Code at {code}**"]
+        out += _driver_memory_of_one_code(sessions, by_code[code])
+    out += [f"- failed: {r.get('variant')} ({r.get('session')}): {r.get('failed')}" for r in failed]
+    return out
+
+
+def _driver_memory_of_one_code(sessions: Sessions, runs: Sequence[Run]) -> list[str]:
     out: list[str] = [""]
     rows = []
     for (variant, files), rs in sorted(_group(runs, "variant", "files").items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
@@ -505,7 +520,6 @@ def render_driver_memory(sessions: Sessions, runs: Sequence[Run]) -> list[str]:
         out += md_table(["site", "MiB", "blocks", "bytes per file"],
                         [[f"`{s['site']}`", f"{s['mib']:.1f}", f"{s['blocks']:,}", f"{s['mib'] * MiB / top['files']:.0f}"]
                          for s in top["sites_at_success"][:8]], "lrrr")
-    out += [f"- failed: {r.get('variant')} ({r.get('session')}): {r.get('failed')}" for r in failed]
     out += ["", sessions_line(sessions, runs)]
     return out
 

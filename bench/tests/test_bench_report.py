@@ -182,6 +182,21 @@ def test_driver_memory_growth_is_judged_against_the_bound(tmp_path):
     assert "| `mpcommit/protocol/commit.py:289` | 150.0 | 1,000,000 | 157 |" in text
 
 
+def test_driver_memory_keeps_each_version_of_the_code_apart():
+    before, after = _session("m1", mode="spark"), _session("m2", mode="spark")
+    before["git"] = {"commit": "aaaaaaaaaa", "dirty": False}
+    after["git"] = {"commit": "bbbbbbbbbb", "dirty": False}
+    after["started"] = "2026-11-26 11:00:00 UTC"
+    runs = [{"kind": "run", "session": sid, "variant": "spark", "pair": 0, "files": files, "tasks": files // 100,
+             "inline": files // 100, "rss_growth_mib": rss, "commit_s": 1.0}
+            for sid, files, rss in (("m1", 10_000, 20.0), ("m1", 100_000, 180.0), ("m2", 10_000, 22.0),
+                                    ("m2", 100_000, 40.0))]
+    text = "\n".join(render_driver_memory({"m1": before, "m2": after}, runs))
+    assert text.index("**Code at aaaaaaaaaa**") < text.index("RSS +160.0 MiB") < text.index("**Code at bbbbbbbbbb**")
+    assert text.index("**Code at bbbbbbbbbb**") < text.index("RSS +18.0 MiB")
+    assert "RSS +20.0" not in text and "RSS +158.0" not in text  # never across versions
+
+
 def test_the_splice_replaces_generated_blocks_and_nothing_else():
     doc = "# B\n\nhand-written\n\n<!-- table:x -->\nold\n<!-- /table:x -->\n\nmore\n<!-- table:y -->\n<!-- /table:y -->\n"
     new = regenerate(doc, {"x": ["", "| a |"], "y": ["y1"], "z": ["not in the document"]})
