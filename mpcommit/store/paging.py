@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import os
 import threading
 from collections.abc import Hashable
 from dataclasses import dataclass, field
@@ -197,14 +198,18 @@ class PagedListings:
         """The objects directly below ``prefix`` (delimiter '/': nothing of its sub-"folders") whose keys lie from
         ``first`` to ``last``, with their ETags, proven complete as far as :attr:`ObjectRange.through` says.
 
-        The listing starts just below ``first`` (StartAfter: ``first`` without its last character, which sorts
-        before it and after nothing much else) and stops at the first page that reaches ``last``, or after
-        ``max_pages`` pages: a directory holding many other files costs the pages of the range, not of the
-        directory. A bucket-root ``prefix`` ("") lists the root's own objects."""
+        The listing is of the longest prefix ``first`` and ``last`` share (the folder's files whose names start
+        as theirs do) and stops at the first page that reaches ``last``, or after ``max_pages`` pages: a folder
+        holding many other files costs the pages of the range, not of the folder. Not StartAfter, which would
+        bound the range from below exactly: LocalStack 4.13.1, asked for URL-encoded keys, compares StartAfter
+        with the encoded keys and answers a StartAfter holding '=' (any Hive partition's) with an empty listing
+        that no page check can tell from a true one. A ``prefix`` of '' lists the bucket root's own objects."""
         if not first.startswith(prefix) or not last.startswith(prefix) or last < first:
             raise ValueError(f"the range {first!r}..{last!r} is not a range of keys under {prefix!r}")
-        walk = self._list_proven_walk(bucket, prefix, delimiter="/", start_after=first[:-1], stop_after=last,
-                                      max_pages=max_pages)
+        shared = os.path.commonprefix([first, last])
+        if "/" in shared[len(prefix):]:
+            raise ValueError(f"{first!r} and {last!r} are not both directly below {prefix!r}")
+        walk = self._list_proven_walk(bucket, shared, delimiter="/", stop_after=last, max_pages=max_pages)
         return ObjectRange(tuple(o for o in walk.objects if first <= o.key <= last), walk.through)
 
     def _list_proven(self, bucket: str, prefix: str, *, delimiter: str | None,
@@ -213,8 +218,7 @@ class PagedListings:
         return walk.objects, walk.prefixes
 
     def _list_proven_walk(self, bucket: str, prefix: str, *, delimiter: str | None, limit: int | None = None,
-                          start_after: str = "", stop_after: str | None = None,
-                          max_pages: int | None = None) -> _Walk:
+                          stop_after: str | None = None, max_pages: int | None = None) -> _Walk:
         """A ListObjectsV2 listing whose pages form a consistent sequence, or InconsistentListingError.
 
         botocore asks for URL-encoded keys by default, and that is the listing LocalStack 4.13.x breaks
@@ -223,8 +227,8 @@ class PagedListings:
         every key seen before and nothing that raw XML could have altered. Otherwise nothing is returned:
         a caller must never delete, abort or commit from a listing that may have lost keys.
         """
-        first = self._walk_v2(self.store._client, bucket, prefix, delimiter, limit, start_after=start_after,
-                              stop_after=stop_after, max_pages=max_pages)
+        first = self._walk_v2(self.store._client, bucket, prefix, delimiter, limit, stop_after=stop_after,
+                              max_pages=max_pages)
         if first.problem is None:
             return first
         where = f"s3://{bucket}/{prefix}"
@@ -234,7 +238,7 @@ class PagedListings:
             raise _inconsistent("list_objects_v2", "objects", bucket, prefix, first.problem,
                                 f"listing again without URL encoding is not safe for key {unsafe!r}")
         second = self._walk_v2(self._unencoded_listing_client(), bucket, prefix, delimiter, limit,
-                               start_after=start_after, stop_after=stop_after, max_pages=max_pages)
+                               stop_after=stop_after, max_pages=max_pages)
         if second.problem is not None:
             raise _inconsistent("list_objects_v2", "objects", bucket, prefix, first.problem,
                                 f"listing again without URL encoding was inconsistent too: {second.problem}")
@@ -256,12 +260,10 @@ class PagedListings:
         return second
 
     def _walk_v2(self, client: Any, bucket: str, prefix: str, delimiter: str | None, limit: int | None, *,
-                 start_after: str = "", stop_after: str | None = None, max_pages: int | None = None) -> _Walk:
+                 stop_after: str | None = None, max_pages: int | None = None) -> _Walk:
         params: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix}
         if delimiter:
             params["Delimiter"] = delimiter
-        if start_after > prefix:
-            params["StartAfter"] = start_after
         # Delimiter listings may repeat a common prefix at a page boundary; keys are unique.
         walk = _Walk(PageSequence(strict=delimiter is None))
         while True:
@@ -281,7 +283,7 @@ class PagedListings:
             if entries:
                 walk.through = max(entries[-1], walk.through or "")
             elif walk.through is None:
-                walk.through = start_after or prefix
+                walk.through = prefix
             if ((limit is not None and len(walk.objects) + len(walk.prefixes) >= limit)
                     or (stop_after is not None and walk.through >= stop_after)
                     or (max_pages is not None and walk.check.pages >= max_pages)):
