@@ -279,6 +279,7 @@ class PagedListings:
             more = walk.check.add(ListedPage(entries, bool(page.get("IsTruncated")), page.get("NextContinuationToken"),
                                              int(count) if count is not None else None))
             if not more:
+                walk.through = None  # read to its end (or inconsistent: then the caller never uses it)
                 return walk
             if entries:
                 walk.through = max(entries[-1], walk.through or "")

@@ -142,3 +142,14 @@ def test_listing_and_heads_agree(backend, monkeypatch, threads: int) -> None:
         answers.append((sorted(kept), gone))
         assert counts["list_objects_v2"] == (0 if at > 1 else 3), counts
     assert answers[0] == answers[1] and answers[0][1] == frozenset({"t/dt=0", "t/dt=1"})
+
+
+def test_a_directory_of_more_sources_than_a_page_costs_a_listing_page_per_thousand(backend) -> None:
+    """1,100 sources: two pages, read to the end of the range, and no HEAD."""
+    bucket = backend.new_bucket("mpc-srccheck")
+    sources = {f"t/plain/part-{i:05d}.json": b"%d\n" % i for i in range(1100)}
+    etags = put_all(backend, bucket, sources)
+    backend.client.delete_object(Bucket=bucket, Key="t/plain/part-01099.json")  # the last, on the last page
+    kept, gone, counts, _ = check(backend, bucket, etags, merged=("t/plain/merged.json",))
+    assert gone == frozenset({"t/plain"}) and sorted(kept) == sorted(set(sources) - {"t/plain/part-01099.json"})
+    assert counts == {"list_objects_v2": 2, "head_object": 1}, counts  # and the merged file's HEAD

@@ -164,6 +164,13 @@ def test_a_child_range_read_to_its_end_covers_every_key_after_it():
     assert server.calls == 1
 
 
+def test_a_child_range_read_to_its_end_over_several_pages_covers_every_key():
+    server = FakeLister(FLAT)
+    found = store(server).list_child_range("bkt", "t/dt=1/", first=FLAT[0], last=FLAT[-1])
+    assert server.calls == 3 and [o.key for o in found.objects] == FLAT
+    assert found.through is None and found.covers(FLAT[-1])
+
+
 def test_a_child_range_past_its_page_budget_covers_only_what_its_pages_proved():
     server = FakeLister(FLAT)
     found = store(server).list_child_range("bkt", "t/dt=1/", first=FLAT[0], last=FLAT[-1], max_pages=2)
