@@ -153,3 +153,24 @@ def test_a_directory_of_more_sources_than_a_page_costs_a_listing_page_per_thousa
     kept, gone, counts, _ = check(backend, bucket, etags, merged=("t/plain/merged.json",))
     assert gone == frozenset({"t/plain"}) and sorted(kept) == sorted(set(sources) - {"t/plain/part-01099.json"})
     assert counts == {"list_objects_v2": 2, "head_object": 1}, counts  # and the merged file's HEAD
+
+
+def test_a_listing_the_server_cannot_page_consistently_falls_back_to_a_head_each(backend, monkeypatch) -> None:
+    """A folder whose listing is inconsistent (both ways, I8) is checked by HEADs: the same answer, never a
+    commit -- or a recovery -- that fails for ever on that server's paging."""
+    from mpcommit.errors import InconsistentListingError
+    from mpcommit.store.values import ObjectRange
+
+    bucket = backend.new_bucket("mpc-srccheck")
+    sources = {f"t/dt=1/p-{i:03d}.json": b"%d\n" % i for i in range(20)}
+    etags = put_all(backend, bucket, sources)
+    backend.client.delete_object(Bucket=bucket, Key="t/dt=1/p-004.json")
+
+    def inconsistent(self, bucket, prefix, **_kw) -> ObjectRange:  # noqa: ANN001
+        raise InconsistentListingError("pages lost", operation="list_objects_v2", code="InconsistentListing",
+                                       bucket=bucket, key=prefix)
+
+    monkeypatch.setattr(S3Store, "list_child_range", inconsistent)
+    kept, gone, counts, _ = check(backend, bucket, etags, merged=("t/dt=1/m.json",))
+    assert gone == frozenset({"t/dt=1"}) and sorted(kept) == sorted(set(sources) - {"t/dt=1/p-004.json"})
+    assert counts == {"head_object": 20 + 1}, counts

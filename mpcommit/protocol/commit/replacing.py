@@ -4,10 +4,11 @@ merged files."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 
-from ...errors import CommitFailedError, MpcommitError
+from ...errors import CommitFailedError, InconsistentListingError, MpcommitError
 from ...pool import ProgressHook
 from ...store.s3 import DELETE_BATCH, S3Store
 from .. import faults
@@ -18,6 +19,8 @@ from ..records.manifest import TaskManifest
 from ..records.order import OrderEntry
 from .context import CommitContext
 from .placing import directory_of, etag_matches
+
+log = logging.getLogger(__name__)
 
 #: A directory with at least this many sources to check is listed; fewer get a HEAD each. A LIST request costs what
 #: 12.5 HEADs cost on S3's price list (0.005 against 0.0004 USD per 1,000), and up to this many HEADs go out at
@@ -177,8 +180,15 @@ class Replacer:
         page budget are left out (for a HEAD each)."""
         # Pages are read one after another, HEADs side by side: past one page per SOURCES_PER_PAGE sources (sources
         # spread thin among other files), the HEADs of the rest finish sooner than more pages would.
-        listed = self.store.list_child_range(self.destination.bucket, prefix, first=keys[0], last=keys[-1],
-                                             max_pages=-(-len(keys) // SOURCES_PER_PAGE))
+        try:
+            listed = self.store.list_child_range(self.destination.bucket, prefix, first=keys[0], last=keys[-1],
+                                                 max_pages=-(-len(keys) // SOURCES_PER_PAGE))
+        except InconsistentListingError as exc:
+            # A listing the server cannot page consistently says nothing (I8); the HEADs it would have saved say
+            # the same facts, and this commit (or its recovery) must not depend on that server's paging.
+            log.warning("job %s: checking %d sources under s3://%s/%s with a HEAD each: %s", self.job_id, len(keys),
+                        self.destination.bucket, prefix, exc)
+            return {}
         etags = {obj.key: obj.etag for obj in listed.objects}
         return {key: etags.get(key) for key in keys if listed.covers(key)}
 
