@@ -37,6 +37,7 @@ import json
 import os
 import platform
 import random
+import re
 import shutil
 import socket
 import statistics
@@ -209,15 +210,30 @@ class Dataset:
         return sum(len(v) for v in self.files.values() if len(v) >= 5 * MiB)
 
 
+def gib_sizes(scale: int = 1) -> dict[str, tuple[int, int]]:
+    """The files of :func:`gib_dataset` by name: (size, seed) each."""
+    sizes = {f"l{i:04d}.json": (random.Random(1000 + i).randint(6, 16) * MiB, 1000 + i) for i in range(70 * scale)}
+    sizes.update({f"s{i:04d}.json": (random.Random(5000 + i).randint(10, 400) * 1024, 5000 + i)
+                  for i in range(700 * scale)})
+    return sizes
+
+
 def gib_dataset(scale: int = 1) -> Dataset:
     """About ``scale`` gigabytes of JSON Lines: 70 files of 6-16 MiB and 700 of 10-400 KiB per gigabyte (four bins
     of Hive's 256 MB per gigabyte)."""
     large, small = 70 * scale, 700 * scale
-    files = {f"l{i:04d}.json": json_lines_fast(random.Random(1000 + i).randint(6, 16) * MiB, 1000 + i) for i in range(large)}
-    files.update({f"s{i:04d}.json": json_lines_fast(random.Random(5000 + i).randint(10, 400) * 1024, 5000 + i)
-                  for i in range(small)})
+    files = {name: json_lines_fast(size, seed) for name, (size, seed) in gib_sizes(scale).items()}
     name = "json-mixed-gib" if scale == 1 else f"json-mixed-{scale}gib"
     return Dataset(name, f"JSON Lines: {large} files of 6-16 MiB and {small} of 10-400 KiB", files, "json")
+
+
+def gib_scale(name: str) -> int | None:
+    """The scale of a :func:`gib_dataset` named ``name`` (``json-mixed-gib``: 1, ``json-mixed-3gib``: 3); None for
+    another name. ``json-mixed-2gib`` is 1.8 GiB (1.9 GB): the first of them past 2 GiB is ``json-mixed-3gib``."""
+    if name == "json-mixed-gib":
+        return 1
+    match = re.fullmatch(r"json-mixed-([2-9])gib", name)
+    return int(match.group(1)) if match else None
 
 
 def datasets(scale: float) -> list[Dataset]:
@@ -439,7 +455,8 @@ def main(argv: list[str] | None = None) -> int:
                                        "starting a server; --server then only names it")
     ap.add_argument("--endpoint-description", default="", help="what --endpoint is, for the report")
     ap.add_argument("--datasets", default="json-mixed,json-large,parquet-mixed",
-                    help="comma-separated: json-mixed, json-large, parquet-mixed, json-mixed-gib")
+                    help="comma-separated: json-mixed, json-large, parquet-mixed, json-mixed-gib (about 1 GB of JSON Lines), "
+                         "json-mixed-Ngib (N = 2..9: N times as much; 3 is the first past 2 GiB)")
     ap.add_argument("--network", choices=("none", "s3"), default="none",
                     help="s3: put the S3-like network (tests/support/s3_network.py, profile s3) in front of the server")
     ap.add_argument("--rewrite-threads", type=int, default=8, help="connections of the old rewrite baseline (rewrite)")
@@ -479,11 +496,9 @@ def main(argv: list[str] | None = None) -> int:
         client.create_bucket(Bucket=bucket)
         runs: list[Run] = []
         wanted = [n.strip() for n in args.datasets.split(",") if n.strip()]
-        known = {d.name: d for d in datasets(args.scale)} if set(wanted) - {"json-mixed-gib", "json-mixed-2gib"} else {}
-        if "json-mixed-gib" in wanted:
-            known["json-mixed-gib"] = gib_dataset()
-        if "json-mixed-2gib" in wanted:
-            known["json-mixed-2gib"] = gib_dataset(2)
+        scales = {name: gib_scale(name) for name in wanted}
+        known = {d.name: d for d in datasets(args.scale)} if any(v is None for v in scales.values()) else {}
+        known.update({name: gib_dataset(scale) for name, scale in scales.items() if scale is not None})
         from bench.records import RecordLog
         from bench.common import server_cpu_seconds
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import os
 import threading
 from collections.abc import Hashable
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from botocore.handlers import set_list_objects_encoding_type_url
 from ..errors import InconsistentListingError, StoreError
 from .listing import ListedPage, PageSequence, round_trips_unencoded, uploads_of_key
 from .session import s3_client
-from .values import ObjectInfo, UploadInfo
+from .values import ObjectInfo, ObjectRange, UploadInfo
 
 
 class Funnel(Protocol):
@@ -44,6 +45,9 @@ class _Walk:
     check: PageSequence
     objects: list[ObjectInfo] = field(default_factory=list)
     prefixes: list[str] = field(default_factory=list)
+    #: None when the walk read the listing to its end; else the greatest name its pages covered (a walk stopped
+    #: early: by ``limit``, past ``stop_after``, after ``max_pages``).
+    through: str | None = None
 
     @property
     def problem(self) -> str | None:
@@ -189,8 +193,32 @@ class PagedListings:
         names = sorted([p[len(prefix):] for p in prefixes] + [o.key[len(prefix):] for o in objects])
         return names[:limit] if limit is not None else names
 
+    def child_range(self, bucket: str, prefix: str, *, first: str, last: str,
+                    max_pages: int | None = None) -> ObjectRange:
+        """The objects directly below ``prefix`` (delimiter '/': nothing of its sub-"folders") whose keys lie from
+        ``first`` to ``last``, with their ETags, proven complete as far as :attr:`ObjectRange.through` says.
+
+        The listing is of the longest prefix ``first`` and ``last`` share (the folder's files whose names start
+        as theirs do) and stops at the first page that reaches ``last``, or after ``max_pages`` pages: a folder
+        holding many other files costs the pages of the range, not of the folder. Not StartAfter, which would
+        bound the range from below exactly: LocalStack 4.13.1, asked for URL-encoded keys, compares StartAfter
+        with the encoded keys and answers a StartAfter holding '=' (any Hive partition's) with an empty listing
+        that no page check can tell from a true one. A ``prefix`` of '' lists the bucket root's own objects."""
+        if not first.startswith(prefix) or not last.startswith(prefix) or last < first:
+            raise ValueError(f"the range {first!r}..{last!r} is not a range of keys under {prefix!r}")
+        shared = os.path.commonprefix([first, last])
+        if "/" in shared[len(prefix):]:
+            raise ValueError(f"{first!r} and {last!r} are not both directly below {prefix!r}")
+        walk = self._list_proven_walk(bucket, shared, delimiter="/", stop_after=last, max_pages=max_pages)
+        return ObjectRange(tuple(o for o in walk.objects if first <= o.key <= last), walk.through)
+
     def _list_proven(self, bucket: str, prefix: str, *, delimiter: str | None,
                      limit: int | None = None) -> tuple[list[ObjectInfo], list[str]]:
+        walk = self._list_proven_walk(bucket, prefix, delimiter=delimiter, limit=limit)
+        return walk.objects, walk.prefixes
+
+    def _list_proven_walk(self, bucket: str, prefix: str, *, delimiter: str | None, limit: int | None = None,
+                          stop_after: str | None = None, max_pages: int | None = None) -> _Walk:
         """A ListObjectsV2 listing whose pages form a consistent sequence, or InconsistentListingError.
 
         botocore asks for URL-encoded keys by default, and that is the listing LocalStack 4.13.x breaks
@@ -199,21 +227,24 @@ class PagedListings:
         every key seen before and nothing that raw XML could have altered. Otherwise nothing is returned:
         a caller must never delete, abort or commit from a listing that may have lost keys.
         """
-        first = self._walk_v2(self.store._client, bucket, prefix, delimiter, limit)
+        first = self._walk_v2(self.store._client, bucket, prefix, delimiter, limit, stop_after=stop_after,
+                              max_pages=max_pages)
         if first.problem is None:
-            return first.objects, first.prefixes
+            return first
         where = f"s3://{bucket}/{prefix}"
         seen = first.names()
         unsafe = next((k for k in seen if not round_trips_unencoded(k)), None)
         if unsafe is not None:
             raise _inconsistent("list_objects_v2", "objects", bucket, prefix, first.problem,
                                 f"listing again without URL encoding is not safe for key {unsafe!r}")
-        second = self._walk_v2(self._unencoded_listing_client(), bucket, prefix, delimiter, limit)
+        second = self._walk_v2(self._unencoded_listing_client(), bucket, prefix, delimiter, limit,
+                               stop_after=stop_after, max_pages=max_pages)
         if second.problem is not None:
             raise _inconsistent("list_objects_v2", "objects", bucket, prefix, first.problem,
                                 f"listing again without URL encoding was inconsistent too: {second.problem}")
         names = second.names()
-        missing = next((k for k in seen if k not in names), None)
+        # A walk that stopped early vouches only for the names up to where it stopped.
+        missing = next((k for k in seen if k not in names and (second.through is None or k <= second.through)), None)
         if missing is not None and limit is None:
             raise _inconsistent("list_objects_v2", "objects", bucket, prefix, first.problem,
                                 f"listing again without URL encoding lost key {missing!r}")
@@ -226,9 +257,10 @@ class PagedListings:
             log.warning("the server's URL-encoded listing of %s was inconsistent (%s); listed it again without "
                         "URL encoding and that listing is complete (%d keys). Later listings do the same.",
                         where, first.problem, len(names))
-        return second.objects, second.prefixes
+        return second
 
-    def _walk_v2(self, client: Any, bucket: str, prefix: str, delimiter: str | None, limit: int | None) -> _Walk:
+    def _walk_v2(self, client: Any, bucket: str, prefix: str, delimiter: str | None, limit: int | None, *,
+                 stop_after: str | None = None, max_pages: int | None = None) -> _Walk:
         params: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix}
         if delimiter:
             params["Delimiter"] = delimiter
@@ -246,7 +278,16 @@ class PagedListings:
             entries = list(heapq.merge([o.key for o in objects], prefixes)) if prefixes else [o.key for o in objects]
             more = walk.check.add(ListedPage(entries, bool(page.get("IsTruncated")), page.get("NextContinuationToken"),
                                              int(count) if count is not None else None))
-            if not more or (limit is not None and len(walk.objects) + len(walk.prefixes) >= limit):
+            if not more:
+                walk.through = None  # read to its end (or inconsistent: then the caller never uses it)
+                return walk
+            if entries:
+                walk.through = max(entries[-1], walk.through or "")
+            elif walk.through is None:
+                walk.through = prefix
+            if ((limit is not None and len(walk.objects) + len(walk.prefixes) >= limit)
+                    or (stop_after is not None and walk.through >= stop_after)
+                    or (max_pages is not None and walk.check.pages >= max_pages)):
                 return walk
             params["ContinuationToken"] = page["NextContinuationToken"]
 

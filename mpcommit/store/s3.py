@@ -36,7 +36,7 @@ from .errors import translate
 from .paging import PagedListings
 from .retry import call_with_retry
 from .security import RequestSecurity
-from .values import BucketLifecycle, CompletedPart, ObjectInfo, UploadInfo, xml_safe  # noqa: F401 - the store's values, named here too
+from .values import BucketLifecycle, CompletedPart, ObjectInfo, ObjectRange, UploadInfo, xml_safe  # noqa: F401 - the store's values, named here too
 from .session import s3_client
 from .transport import Boto3Completer, Completer, Done, header_fields, listed_parts
 
@@ -302,6 +302,13 @@ class S3Store:
         """Names directly below ``prefix`` (objects and "folders", the latter ending in '/'), in key order;
         ``limit`` stops after that many names."""
         return self._paging.children(bucket, prefix, limit=limit)
+
+    def list_child_range(self, bucket: str, prefix: str, *, first: str, last: str,
+                         max_pages: int | None = None) -> ObjectRange:
+        """The objects directly below ``prefix`` with keys from ``first`` to ``last`` (and their ETags), in as few
+        pages as the range takes, proven complete up to :attr:`ObjectRange.through` (at most ``max_pages``
+        pages; the whole range when ``through`` is None or reaches ``last``)."""
+        return self._paging.child_range(bucket, prefix, first=first, last=last, max_pages=max_pages)
 
     @property
     def pages_uploads_by_key(self) -> bool:

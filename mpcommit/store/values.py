@@ -32,6 +32,19 @@ class ObjectInfo:
 
 
 @dataclass(frozen=True)
+class ObjectRange:
+    """Part of a listing proven complete up to a key: every object of the range asked for whose key is at most
+    ``through`` (every one of them when ``through`` is None) is in ``objects``, in key order."""
+
+    objects: tuple[ObjectInfo, ...]
+    through: str | None
+
+    def covers(self, key: str) -> bool:
+        """Whether this listing says whether ``key`` exists (is listed or, unlisted, is absent)."""
+        return self.through is None or key <= self.through
+
+
+@dataclass(frozen=True)
 class CompletedPart:
     """A part as CompleteMultipartUpload lists it."""
 

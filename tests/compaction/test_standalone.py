@@ -349,3 +349,20 @@ def test_request_counts(backend, bucket) -> None:
         "head_object": 7,  # the descriptor after the journal is claimed, the ETag check before each source goes
         "delete_objects": 3, "list_multipart_uploads": 1,
     }
+
+
+def test_request_counts_of_many_sources_in_one_partition(backend, bucket) -> None:
+    """40 small files in one partition: the commit's check of its sources is one listing of the partition's
+    children (one more than for six files, the same for 40 or 1,500), not a HEAD per source."""
+    for i in range(40):
+        put(backend, bucket, f"t/dt=1/{i:02d}.json", lines_of(str(i), 200, seed=i))
+    put(backend, bucket, "t/dt=2/a.json", lines_of("other", 200))
+    from mpcommit.store.conditional import conditional_writes
+    from mpcommit.store.s3 import store_for
+
+    conditional_writes(store_for(backend.options), bucket, "t/")  # probed once per bucket and process, not counted
+    report = compact(f"s3://{bucket}/t", s3=backend.options)
+    assert [len(b.sources) for b in report.merged] == [40]
+    assert report.requests["head_object"] == 1, report.requests  # the job descriptor after the journal is claimed
+    assert report.requests["list_objects_v2"] == 8 + 1, report.requests  # test_request_counts' 8, and the check
+    assert visible_keys(backend.client, bucket, "t/dt=1") == {report.merged[0].output}

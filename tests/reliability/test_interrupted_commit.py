@@ -28,6 +28,7 @@ from mpcommit.compaction.standalone import compact
 from mpcommit.errors import CommitStateUnknownError
 from mpcommit.options import OrderSettings
 from mpcommit.protocol import faults
+from mpcommit.protocol.commit import replacing
 from mpcommit.protocol.recovery import recover
 from tests.reliability import crash_driver as plan
 from tests.support.checks import all_keys, pending_uploads
@@ -107,13 +108,16 @@ def _lines(backend, bucket: str) -> list[bytes]:
     return sorted(b"".join(dataset(backend.client, bucket, "t").values()).splitlines())
 
 
+@pytest.mark.parametrize("check", ["head", "list"])
 @pytest.mark.parametrize("point", ["commit.after_journal", "commit.after_complete"])
-def test_an_overwrite_between_an_interrupted_compaction_and_its_recovery(backend, point):
+def test_an_overwrite_between_an_interrupted_compaction_and_its_recovery(backend, point, check, monkeypatch):
     """The compaction of dt=0 and dt=1 is interrupted right after its journal (nothing merged visible yet) or after
     its completes (both merged files visible next to their sources); then a dynamic overwrite replaces dt=0 --
     its sources, and the merged file if visible. Recovery must neither resurrect dt=0's old rows (complete a
     merged file whose sources are gone) nor fail for ever on the merged file the overwrite deleted (it used to:
-    dt=1 then kept its merged file *and* its sources, every row twice)."""
+    dt=1 then kept its merged file *and* its sources, every row twice). ``check``: the sources' check before
+    the completes by a HEAD each, or by a listing of each directory (what a directory of many sources gets)."""
+    monkeypatch.setattr(replacing, "LIST_SOURCES_AT", 10**9 if check == "head" else 1)
     bucket = backend.new_bucket("mpc-inter")
     old = _two_jobs_in_two_partitions(backend, bucket)
     with faults.installed(faults.fail_at(point, 1)), pytest.raises(CommitStateUnknownError):

@@ -59,6 +59,7 @@ class FakeLister:
         return chunk, bool(rest), token, len(chunk)
 
     def list_objects_v2(self, *, Bucket, Prefix="", ContinuationToken=None, Delimiter=None, **_):
+        self.prefix = Prefix
         names = [k for k in self.keys if k.startswith(Prefix)]
         start = int(ContinuationToken) if ContinuationToken else 0
         chunk, truncated, token, count = self._page(names, start, str)
@@ -137,6 +138,63 @@ def test_children_with_a_limit_stop_at_the_first_page_that_reaches_it():
     server = FakeLister(KEYS)
     names = store(server).list_children("bkt", "t/", limit=1)
     assert names == [KEYS[0][len("t/"):]] and server.calls == 1
+
+
+FLAT = sorted(f"t/dt=1/part-{i:05d} x%é.csv" for i in range(2500))
+
+
+def test_a_child_range_lists_the_prefix_its_first_and_last_keys_share():
+    server = FakeLister(FLAT)
+    found = store(server).list_child_range("bkt", "t/dt=1/", first=FLAT[1200], last=FLAT[1250])
+    assert server.prefix == "t/dt=1/part-012" and server.calls == 1
+    assert [o.key for o in found.objects] == FLAT[1200:1251] and found.through is None
+
+
+def test_a_child_range_stops_at_the_page_that_reaches_its_last_key():
+    server = FakeLister(FLAT)
+    found = store(server).list_child_range("bkt", "t/dt=1/", first=FLAT[0], last=FLAT[1500])
+    assert [o.key for o in found.objects] == FLAT[:1501]
+    assert server.calls == 2 and found.covers(FLAT[1500]) and found.through == FLAT[1999]
+
+
+def test_a_child_range_read_to_its_end_covers_every_key_after_it():
+    server = FakeLister(FLAT)
+    found = store(server).list_child_range("bkt", "t/dt=1/", first=FLAT[2000], last=FLAT[-1] + "z")
+    assert [o.key for o in found.objects] == FLAT[2000:] and found.through is None and found.covers(FLAT[-1] + "z")
+    assert server.calls == 1
+
+
+def test_a_child_range_read_to_its_end_over_several_pages_covers_every_key():
+    server = FakeLister(FLAT)
+    found = store(server).list_child_range("bkt", "t/dt=1/", first=FLAT[0], last=FLAT[-1])
+    assert server.calls == 3 and [o.key for o in found.objects] == FLAT
+    assert found.through is None and found.covers(FLAT[-1])
+
+
+def test_a_child_range_past_its_page_budget_covers_only_what_its_pages_proved():
+    server = FakeLister(FLAT)
+    found = store(server).list_child_range("bkt", "t/dt=1/", first=FLAT[0], last=FLAT[-1], max_pages=2)
+    assert server.calls == 2 and [o.key for o in found.objects] == FLAT[:2000]
+    assert found.covers(FLAT[1999]) and not found.covers(FLAT[2000])
+
+
+@pytest.mark.parametrize("defect", DEFECTS)
+def test_an_inconsistent_child_range_is_listed_again_unencoded_or_refused(defect):
+    """The range's second page is defective: listed again without URL encoding, as every listing is; refused
+    when that listing is defective too."""
+    encoded, unencoded = FakeLister(FLAT, defect=defect), FakeLister(FLAT)
+    found = store(encoded, unencoded).list_child_range("bkt", "t/dt=1/", first=FLAT[5], last=FLAT[1500])
+    assert [o.key for o in found.objects] == FLAT[5:1501] and unencoded.calls == 2
+    with pytest.raises(InconsistentListingError):
+        store(FakeLister(FLAT, defect=defect), FakeLister(FLAT, defect=defect)).list_child_range(
+            "bkt", "t/dt=1/", first=FLAT[5], last=FLAT[1500])
+
+
+def test_a_child_range_outside_its_prefix_or_below_it_is_refused():
+    with pytest.raises(ValueError, match="not a range of keys under"):
+        store(FakeLister(FLAT)).list_child_range("bkt", "t/dt=2/", first=FLAT[0], last=FLAT[1])
+    with pytest.raises(ValueError, match="not both directly below"):
+        store(FakeLister(FLAT)).list_child_range("bkt", "t/", first="t/dt=1/a/x", last="t/dt=1/a/y")
 
 
 @pytest.mark.parametrize("defect", ["empty_after_truncated", "stuck_token", "backwards", "repeated_page"])
