@@ -10,7 +10,7 @@ import heapq
 import logging
 import os
 import threading
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -179,10 +179,12 @@ class PagedListings:
             raise _inconsistent("list_parts", f"parts of upload {upload_id}", bucket, key, check.problem)
         return found
 
-    def objects(self, bucket: str, prefix: str = "") -> list[ObjectInfo]:
-        """Every object under ``prefix``, proven complete (invariant I8): see :meth:`_list_proven`."""
-        objects, _prefixes = self._list_proven(bucket, prefix, delimiter=None)
-        return objects
+    def objects(self, bucket: str, prefix: str = "", *, keep: Callable[[str], bool] | None = None) -> list[ObjectInfo]:
+        """Every object under ``prefix``, proven complete (invariant I8): see :meth:`_list_proven`. ``keep``: only
+        the objects whose key it accepts are kept, page by page -- every page is still checked -- so that a
+        caller interested in a few of many keys does not hold them all until the listing ends."""
+        walk = self._list_proven_walk(bucket, prefix, delimiter=None, keep=keep)
+        return walk.objects
 
     def children(self, bucket: str, prefix: str, *, limit: int | None = None) -> list[str]:
         """Names directly below ``prefix`` (objects and "folders", the latter ending in '/'), in key order.
@@ -218,7 +220,8 @@ class PagedListings:
         return walk.objects, walk.prefixes
 
     def _list_proven_walk(self, bucket: str, prefix: str, *, delimiter: str | None, limit: int | None = None,
-                          stop_after: str | None = None, max_pages: int | None = None) -> _Walk:
+                          stop_after: str | None = None, max_pages: int | None = None,
+                          keep: Callable[[str], bool] | None = None) -> _Walk:
         """A ListObjectsV2 listing whose pages form a consistent sequence, or InconsistentListingError.
 
         botocore asks for URL-encoded keys by default, and that is the listing LocalStack 4.13.x breaks
@@ -228,7 +231,7 @@ class PagedListings:
         a caller must never delete, abort or commit from a listing that may have lost keys.
         """
         first = self._walk_v2(self.store._client, bucket, prefix, delimiter, limit, stop_after=stop_after,
-                              max_pages=max_pages)
+                              max_pages=max_pages, keep=keep)
         if first.problem is None:
             return first
         where = f"s3://{bucket}/{prefix}"
@@ -237,8 +240,9 @@ class PagedListings:
         if unsafe is not None:
             raise _inconsistent("list_objects_v2", "objects", bucket, prefix, first.problem,
                                 f"listing again without URL encoding is not safe for key {unsafe!r}")
+        # With ``keep`` both walks hold only the kept keys: the checks below vouch for those, the ones acted on.
         second = self._walk_v2(self._unencoded_listing_client(), bucket, prefix, delimiter, limit,
-                               stop_after=stop_after, max_pages=max_pages)
+                               stop_after=stop_after, max_pages=max_pages, keep=keep)
         if second.problem is not None:
             raise _inconsistent("list_objects_v2", "objects", bucket, prefix, first.problem,
                                 f"listing again without URL encoding was inconsistent too: {second.problem}")
@@ -260,7 +264,8 @@ class PagedListings:
         return second
 
     def _walk_v2(self, client: Any, bucket: str, prefix: str, delimiter: str | None, limit: int | None, *,
-                 stop_after: str | None = None, max_pages: int | None = None) -> _Walk:
+                 stop_after: str | None = None, max_pages: int | None = None,
+                 keep: Callable[[str], bool] | None = None) -> _Walk:
         params: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix}
         if delimiter:
             params["Delimiter"] = delimiter
@@ -272,7 +277,7 @@ class PagedListings:
                        for o in page.get("Contents", []) or []]
             prefixes = [str(cp["Prefix"]) for cp in page.get("CommonPrefixes", []) or []]
             _check_under(prefix, [o.key for o in objects] + prefixes, "list_objects_v2", bucket)
-            walk.objects.extend(objects)
+            walk.objects.extend(objects if keep is None else [o for o in objects if keep(o.key)])
             walk.prefixes.extend(p for p in prefixes if not walk.prefixes or p != walk.prefixes[-1])
             count = page.get("KeyCount")
             entries = list(heapq.merge([o.key for o in objects], prefixes)) if prefixes else [o.key for o in objects]

@@ -294,9 +294,11 @@ class S3Store:
         """(part number, size, etag) of every part uploaded so far, proven complete."""
         return self._paging.parts(bucket, key, upload_id)
 
-    def list_objects(self, bucket: str, prefix: str = "") -> list[ObjectInfo]:
-        """Every object under ``prefix``, proven complete (invariant I8)."""
-        return self._paging.objects(bucket, prefix)
+    def list_objects(self, bucket: str, prefix: str = "", *,
+                     keep: Callable[[str], bool] | None = None) -> list[ObjectInfo]:
+        """Every object under ``prefix``, proven complete (invariant I8); with ``keep``, only those whose key it
+        accepts (the others dropped page by page, never all held)."""
+        return self._paging.objects(bucket, prefix, keep=keep)
 
     def list_children(self, bucket: str, prefix: str, *, limit: int | None = None) -> list[str]:
         """Names directly below ``prefix`` (objects and "folders", the latter ending in '/'), in key order;

@@ -486,3 +486,40 @@ def test_a_commit_with_no_threads_runs_every_request_on_the_callers_thread(moto_
     assert report.outcome is CommitOutcome.COMMITTED and report.files == 6
     assert threads == {threading.get_ident()}
     assert contents(backend, bucket, "t") == {k: read_object(backend.client, bucket, k) for k in report.filenames}
+
+
+
+def test_an_overwrites_listings_hold_only_the_older_files(backend, bucket, monkeypatch):
+    """The scope's listings keep page by page only what the overwrite acts on: the check before the journal
+    keeps nothing (it only looks for other tables), the look for older files never holds the job's own files,
+    which appear in the scope as they complete (a million of them would be held till the listing ended)."""
+    from types import SimpleNamespace
+
+    from mpcommit.protocol.commit.context import CommitContext
+    from mpcommit.protocol.commit.replacing import Replacer
+
+    old = Job.create(f"s3://{bucket}/t", mode="overwrite", s3=backend.options)
+    old.commit([write_task(old, t, {f"dt={t}": b"old%d" % t}) for t in range(2)])
+    job = Job.create(f"s3://{bucket}/t", mode="overwrite", s3=backend.options)
+    refs = [write_task(job, t, {f"dt={t}": b"new%d" % t}) for t in range(3)]
+    returned: list[list[str]] = []
+    list_objects = job.store.list_objects
+
+    def recording_list(bucket_name, prefix, *args, **kwargs):
+        found = list_objects(bucket_name, prefix, *args, **kwargs)
+        if prefix == "t/":
+            returned.append([o.key for o in found])
+        return found
+
+    monkeypatch.setattr(job.store, "list_objects", recording_list)
+    report = job.commit(refs)
+    assert report.deleted_objects == 2
+    assert returned[0] == [], "the check before the journal held the scope's listing"
+    # The look again now that the job's own files are all visible, as a look beside the last completes sees them.
+    returned.clear()
+    with CommitContext(4) as context:
+        replacer = Replacer(job.store, job.destination, job.job_id, context, lambda *a: None)
+        older = replacer.older_objects(SimpleNamespace(replace=("",)), SimpleNamespace(position=1),
+                                       SimpleNamespace(jobs_after=lambda position: set()))
+    assert older == [] and returned == [[]], returned
+    assert sorted(contents(backend, bucket, "t").values()) == [b"new0", b"new1", b"new2"]

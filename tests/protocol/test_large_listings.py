@@ -154,11 +154,11 @@ def test_an_overwrite_on_a_listing_that_cannot_be_proven_is_refused_before_anyth
 
     real = S3Store.list_objects
 
-    def refusing(self, bucket_name, prefix=""):
+    def refusing(self, bucket_name, prefix="", **kwargs):
         if prefix == "t/":
             raise InconsistentListingError(f"the server's listing of objects under s3://{bucket_name}/{prefix} is "
                                            "inconsistent", code="InconsistentListing")
-        return real(self, bucket_name, prefix)
+        return real(self, bucket_name, prefix, **kwargs)
 
     monkeypatch.setattr(S3Store, "list_objects", refusing)
     with pytest.raises(CommitFailedError, match="not committed.*inconsistent"):

@@ -109,6 +109,21 @@ def test_when_both_listings_are_inconsistent_the_store_refuses_and_names_the_ser
     assert info.value.code == "InconsistentListing"
 
 
+def test_a_kept_listing_holds_only_what_it_keeps_and_still_checks_every_page():
+    server = FakeLister(KEYS)
+    looked: list[str] = []
+    kept = store(server).list_objects("bkt", "t/", keep=lambda k: looked.append(k) or k in KEYS[1::2])
+    assert [o.key for o in kept] == KEYS[1::2] and looked == KEYS and server.calls == 3
+    assert store(FakeLister(KEYS)).list_objects("bkt", "t/", keep=lambda k: False) == []
+    for defect in DEFECTS:  # an inconsistent listing is refused whatever is kept
+        with pytest.raises(InconsistentListingError):
+            store(FakeLister(KEYS, defect=defect), FakeLister(KEYS, defect=defect)).list_objects(
+                "bkt", "t/", keep=lambda k: False)
+    # Listed again unencoded, the kept keys proven: the same answer as keeping after the listing.
+    encoded, unencoded = FakeLister(KEYS, defect="backwards"), FakeLister(KEYS)
+    assert [o.key for o in store(encoded, unencoded).list_objects("bkt", "t/", keep=lambda k: k in KEYS[::3])] == KEYS[::3]
+
+
 def test_the_empty_page_after_a_truncated_one_is_named_as_such():
     with pytest.raises(InconsistentListingError, match="page 2 came back empty and final although page 1 said more"):
         store(FakeLister(KEYS, defect="empty_after_truncated"),

@@ -56,9 +56,12 @@ class Replacer:
         bucket = self.destination.bucket
         nested = NestedTables(self.table)
 
+        def seen(key: str) -> bool:
+            nested.add(key)
+            return False  # looked at, not kept: a large table's listing is not held
+
         def look(rel: str) -> None:
-            for obj in self.store.list_objects(bucket, self._scope_prefix(rel)):
-                nested.add(obj.key)
+            self.store.list_objects(bucket, self._scope_prefix(rel), keep=seen)
 
         try:
             self.context.run(look, replace)
@@ -82,13 +85,15 @@ class Replacer:
         after -- a job places files only once it has its place, so none of a later job's files can be taken
         for older."""
         listed: list[tuple[str | None, str]] = []
+
+        def older(key: str) -> bool:
+            # The listing runs beside the completes and sees this job's own files appear: dropped page by page,
+            # so that the driver never holds them all (~1 KB a listed file) -- only the scope's older files.
+            return not is_hidden_key(self.destination, key) and owner_of_key(key).job_id != self.job_id
+
         for rel in journal.replace:
-            for obj in self.store.list_objects(self.destination.bucket, self._scope_prefix(rel)):
-                if is_hidden_key(self.destination, obj.key):
-                    continue
-                owner = owner_of_key(obj.key).job_id
-                if owner != self.job_id:
-                    listed.append((owner, obj.key))
+            for obj in self.store.list_objects(self.destination.bucket, self._scope_prefix(rel), keep=older):
+                listed.append((owner_of_key(obj.key).job_id, obj.key))
         if not listed:
             return []
         later = order.jobs_after(entry.position)
