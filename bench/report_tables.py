@@ -466,21 +466,28 @@ def _rate_verdict(files: int, rate: float | None, cpu: float | None, any_failed:
     return "met" if met else "**missed**"
 
 
+def runs_by_code(sessions: Sessions, runs: Sequence[Run]) -> dict[str, list[Run]]:
+    """The runs by the commit of the code they measured, oldest first (by their first session's start): a table
+    per version, so that a change is read against the code before it and never averaged with it."""
+    by_code: dict[str, list[Run]] = {}
+    for r in runs:
+        by_code.setdefault(sessions.get(r.get("session"), {}).get("git", {}).get("commit", "?"), []).append(r)
+    first = {code: min(sessions.get(r.get("session"), {}).get("started", "") for r in rs) for code, rs in by_code.items()}
+    return {code: by_code[code] for code in sorted(by_code, key=lambda c: first[c])}
+
+
 def render_driver_memory(sessions: Sessions, runs: Sequence[Run]) -> list[str]:
     """Issue 25 item 5: a table per version of the code measured (oldest first), growth computed within each."""
     failed = [r for r in runs if not r.get("files")]
     runs = [r for r in runs if r.get("files")]
     if not runs:
         return ["", "_No records yet._"] + [f"- failed: {r.get('variant')}: {r.get('failed')}" for r in failed]
-    by_code: dict[str, list[Run]] = {}
-    for r in runs:
-        by_code.setdefault(sessions.get(r.get("session"), {}).get("git", {}).get("commit", "?"), []).append(r)
-    first = {code: min(sessions.get(r.get("session"), {}).get("started", "") for r in rs) for code, rs in by_code.items()}
+    by_code = runs_by_code(sessions, runs)
     out: list[str] = []
-    for code in sorted(by_code, key=lambda c: first[c]):
+    for code, rs in by_code.items():
         if len(by_code) > 1:
             out += ["", f"**Code at {code}**"]
-        out += _driver_memory_of_one_code(sessions, by_code[code])
+        out += _driver_memory_of_one_code(sessions, rs)
     out += [f"- failed: {r.get('variant')} ({r.get('session')}): {r.get('failed')}" for r in failed]
     return out
 
@@ -650,13 +657,9 @@ def render_stream_commit(sessions: Sessions, runs: Sequence[Run]) -> list[str]:
     the code measured (oldest first), so that a change to the sink is read against the code before it."""
     if not runs:
         return ["", "_No records yet._"]
-    by_code: dict[str, list[Run]] = {}
-    for r in runs:
-        by_code.setdefault(sessions.get(r.get("session"), {}).get("git", {}).get("commit", "?"), []).append(r)
-    first = {code: min(sessions.get(r.get("session"), {}).get("started", "") for r in rs) for code, rs in by_code.items()}
+    by_code = runs_by_code(sessions, runs)
     out: list[str] = []
-    for code in sorted(by_code, key=lambda c: first[c]):
-        rs = by_code[code]
+    for code, rs in by_code.items():
         rows = []
         for (network, files), group in sorted(_group(rs, "network", "files").items(),
                                               key=lambda kv: (str(kv[0][0]), kv[0][1] or 0)):
