@@ -184,8 +184,12 @@ def estimated_tasks(df: "DataFrame") -> int | None:
         physical = execution.executedPlan()
         if physical.getClass().getSimpleName() != "AdaptiveSparkPlanExec":
             n = physical.outputPartitioning().numPartitions()
-            # A plan without exchanges makes its RDD without running a job: its partitions are the tasks.
-            return int(n) if n > 0 else int(execution.toRdd().getNumPartitions())
+            if n > 0:
+                return int(n)
+            # A plan without exchanges or subqueries makes its RDD without running a job: its partitions are the
+            # tasks. With one, making the RDD may run a job (a broadcast's, a range partitioning's sample).
+            tree = str(physical.toString())
+            return None if "Exchange" in tree or "Subquery" in tree else int(execution.toRdd().getNumPartitions())
         n = physical.inputPlan().outputPartitioning().numPartitions()
         conf = df.sparkSession.conf
         shuffle = conf.get("spark.sql.adaptive.coalescePartitions.initialPartitionNum", None) \

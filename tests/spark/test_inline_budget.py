@@ -33,6 +33,23 @@ def test_the_task_count_comes_from_the_plan_without_a_job(spark, tmp_path) -> No
     assert estimates[3] >= shuffle >= grouped.rdd.getNumPartitions()
 
 
+def test_a_plan_that_would_run_a_job_to_count_its_tasks_is_not_counted(spark, tmp_path) -> None:  # noqa: ANN001
+    """Without adaptive execution a broadcast join's plan has no known partitioning and making its RDD would run
+    the broadcast: the count is then left unknown (the driver's own budget holds), and no job runs."""
+    spark.range(0, 100, numPartitions=3).write.parquet(str(tmp_path / "p"))
+    spark.conf.set("spark.sql.adaptive.enabled", "false")
+    try:
+        small = spark.range(0, 5).withColumnRenamed("id", "k")
+        scanned = spark.read.parquet(str(tmp_path / "p"))
+        joined = scanned.join(small.hint("broadcast"), scanned["id"] == small["k"])
+        tracker = spark.sparkContext.statusTracker()
+        before = set(tracker.getJobIdsForGroup())
+        assert estimated_tasks(joined) is None
+        assert set(tracker.getJobIdsForGroup()) == before, "estimating the task count ran a Spark job"
+    finally:
+        spark.conf.unset("spark.sql.adaptive.enabled")
+
+
 def test_tasks_past_their_share_name_their_manifests_and_the_write_is_whole(spark, backend, bucket, pyarrow_fs,
                                                                             monkeypatch) -> None:  # noqa: ANN001
     monkeypatch.setattr(manifest_module, "INLINE_BUDGET_PARTS", 8)  # 4 tasks: 2 parts each in-line
