@@ -103,6 +103,7 @@ def stub():
     yield f"http://127.0.0.1:{int(line.split()[1])}"
     proc.terminate()
     proc.wait(10)
+    proc.stdout.close()
 
 
 def _options(endpoint: str, **kw) -> S3Options:

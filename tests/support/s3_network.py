@@ -1120,6 +1120,8 @@ class S3Network:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        if self.proc is not None and self.proc.stdout is not None:
+            self.proc.stdout.close()  # else the pipe is closed by the GC, warning in whatever test runs then
 
     def __enter__(self) -> "S3Network":
         return self.start()
