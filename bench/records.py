@@ -16,6 +16,7 @@ Smoke runs (short, small, on a busy machine: a check of the harness, not figures
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -54,18 +55,34 @@ def compact(value: Any, digits: int = 5) -> Any:
     return str(value)
 
 
+def _git(root: Path, *args: str) -> str:
+    try:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def code_version(commit: str, root: Path = REPO_ROOT) -> str:
+    """The last commit at or before ``commit`` that changed the product code (``mpcommit/``), or "" when git does
+    not know ``commit``. Runs at commits that differ only in tests, benchmarks or documents measured the same code:
+    the tables name the code by this commit, so that a full run spread over several sessions (each adding its
+    records in a commit of its own) is still "at one named commit"."""
+    full = _git(root, "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}")  # HEAD moves: never cached
+    return _code_version_of(full, root) if full else ""
+
+
+@functools.lru_cache(maxsize=None)
+def _code_version_of(full_commit: str, root: Path) -> str:
+    return _git(root, "log", "-1", "--format=%h", "--abbrev=10", full_commit, "--", "mpcommit")
+
+
 def git_state(root: Path = REPO_ROOT) -> dict[str, Any]:
-    """The commit the code ran at, and whether the product code (``mpcommit/``) had uncommitted changes."""
-
-    def git(*args: str) -> str:
-        try:
-            return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return ""
-
-    return {"commit": git("rev-parse", "--short=10", "HEAD") or "?",
-            "dirty": bool(git("status", "--porcelain", "--", "mpcommit")),
-            "branch": git("rev-parse", "--abbrev-ref", "HEAD")}
+    """The commit the code ran at, the version of the product code (:func:`code_version`), and whether the
+    product code (``mpcommit/``) had uncommitted changes."""
+    return {"commit": _git(root, "rev-parse", "--short=10", "HEAD") or "?",
+            "code": code_version("HEAD", root) or "?",
+            "dirty": bool(_git(root, "status", "--porcelain", "--", "mpcommit")),
+            "branch": _git(root, "rev-parse", "--abbrev-ref", "HEAD")}
 
 
 def machine() -> dict[str, Any]:

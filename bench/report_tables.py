@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .records import RESULTS_DIR, SMOKE_DIR, load
+from .records import RESULTS_DIR, SMOKE_DIR, code_version, load
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 OUTPUT = REPO_ROOT / "BENCHMARKS.md"
@@ -148,13 +148,22 @@ def _num(n: float | None, digits: int = 2) -> str:
     return "–" if n is None else f"{n:,.{digits}f}"
 
 
+def code_of(session: Mapping[str, Any]) -> str:
+    """The version of the product code a session measured: the last commit changing ``mpcommit/`` at its commit
+    (recorded since 2026-11-26 evening, else asked of git; the commit itself where git does not know it), marked
+    when the work tree had changes under ``mpcommit/``."""
+    g = session.get("git", {})
+    commit = g.get("commit", "?")
+    code = g.get("code") or (code_version(commit) if commit != "?" else "") or commit
+    return f"{code}{' +uncommitted changes under mpcommit/' if g.get('dirty') else ''}"
+
+
 def sessions_line(sessions: Sessions, runs: Sequence[Run]) -> str:
-    """Which sessions the runs come from: dates, commits, machine, load -- said under every table."""
+    """Which sessions the runs come from: dates, code version, machine, load -- said under every table."""
     used = [sessions[s] for s in dict.fromkeys(r.get("session") for r in runs) if s in sessions]
     if not used:
         return "_(sessions unknown)_"
-    commits = sorted({f"{s['git']['commit']}{' +uncommitted changes under mpcommit/' if s['git'].get('dirty') else ''}"
-                      for s in used})
+    commits = sorted({code_of(s) for s in used})
     dates = sorted(s["started"] for s in used)
     machines = sorted({f"{m.get('cpu', '?')}, {m.get('cores', '?')} logical cores, {m.get('memory_gib', '?')} GiB"
                        for m in (s.get("machine", {}) for s in used)})
@@ -471,7 +480,7 @@ def runs_by_code(sessions: Sessions, runs: Sequence[Run]) -> dict[str, list[Run]
     per version, so that a change is read against the code before it and never averaged with it."""
     by_code: dict[str, list[Run]] = {}
     for r in runs:
-        by_code.setdefault(sessions.get(r.get("session"), {}).get("git", {}).get("commit", "?"), []).append(r)
+        by_code.setdefault(code_of(sessions.get(r.get("session"), {})), []).append(r)
     first = {code: min(sessions.get(r.get("session"), {}).get("started", "") for r in rs) for code, rs in by_code.items()}
     return {code: by_code[code] for code in sorted(by_code, key=lambda c: first[c])}
 
@@ -696,6 +705,7 @@ class Table:
     name: str
     scenario: str | None  # the records file (bench/results/<scenario>.jsonl); None: from code alone
     render: Callable[[Sessions, Sequence[Run]], list[str]]
+    splits_by_code: bool = False  # renders a table per version of the code itself (runs_by_code)
 
 
 TABLES: tuple[Table, ...] = (
@@ -706,23 +716,54 @@ TABLES: tuple[Table, ...] = (
     Table("commit-scale", "commit_scale", render_commit_scale),
     Table("commit-rate", "commit_scale", render_commit_rate),
     Table("commit-local", "commit_local", render_commit_local),
-    Table("driver-memory", "driver_memory", render_driver_memory),
+    Table("driver-memory", "driver_memory", render_driver_memory, splits_by_code=True),
     Table("compaction", "compaction", render_compaction),
     Table("task-scale", "task_scale", render_task_scale),
     Table("writer", "writer", render_writer),
     Table("datasource-door", "datasource_door", render_datasource_door),
-    Table("stream-commit", "stream_commit", render_stream_commit),
+    Table("stream-commit", "stream_commit", render_stream_commit, splits_by_code=True),
 )
 
 
-def render(table: Table, directory: Path) -> list[str]:
+def render(table: Table, directory: Path, head: str | None = None) -> list[str]:
+    """``table`` from the records in ``directory``. Runs of the product code at ``head`` (default: HEAD's version)
+    and runs of older code are never mixed: where both exist, the table is rendered for each, the current first."""
     sessions, runs = load([directory / f"{table.scenario}.jsonl"]) if table.scenario else ({}, [])
-    return table.render(sessions, runs)
+    if not runs or table.splits_by_code:
+        return table.render(sessions, runs)
+    head = head or code_version("HEAD") or "?"
+    current = [r for r in runs if code_of(sessions.get(r.get("session"), {})) == head]
+    older = [r for r in runs if code_of(sessions.get(r.get("session"), {})) != head]
+    if not current or not older:
+        return table.render(sessions, runs)
+    versions = ", ".join(reversed(list(runs_by_code(sessions, older))))
+    return [f"**At the product code of this commit ({head})**", "", *table.render(sessions, current), "",
+            f"**At older code ({versions}), as measured then**", "", *table.render(sessions, older)]
+
+
+def render_code_versions(results: Path, head: str | None = None) -> list[str]:
+    """Issue 25's "at one named commit": for each records file, how many of its runs measured the product code as
+    it is at ``head`` (default: HEAD's :func:`~bench.records.code_version`) and which older versions the rest
+    measured -- so that a reader sees at once which tables describe the code of this commit."""
+    head = head or code_version("HEAD") or "?"
+    rows = []
+    for scenario in dict.fromkeys(t.scenario for t in TABLES if t.scenario):
+        sessions, runs = load([results / f"{scenario}.jsonl"])
+        if not runs:
+            continue
+        by_code = runs_by_code(sessions, runs)
+        older = {code: len(rs) for code, rs in by_code.items() if code != head}
+        rows.append([", ".join(t.name for t in TABLES if t.scenario == scenario), f"`{scenario}.jsonl`",
+                     len(by_code.get(head, [])), sum(older.values()),
+                     ", ".join(f"{code} ({n})" for code, n in reversed(older.items())) or "–"])
+    return [f"Product code at this commit: **{head}** (the last commit that changed `mpcommit/`).", "",
+            *md_table(["tables", "records", f"runs at {head}", "runs at older code", "older versions (runs), newest first"],
+                      rows, "llrrl")]
 
 
 def blocks(results: Path = RESULTS_DIR, smoke: Path = SMOKE_DIR) -> dict[str, list[str]]:
     """Every generated block by its marker name: the tables from ``results``, and ``smoke-*`` from ``smoke``."""
-    out: dict[str, list[str]] = {}
+    out: dict[str, list[str]] = {"code-versions": render_code_versions(results)}
     for t in TABLES:
         out[t.name] = render(t, results)
         if t.scenario:

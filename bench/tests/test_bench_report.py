@@ -263,3 +263,69 @@ def test_the_task_scale_table_says_its_raw_runs_have_no_proxy():
     assert "**1,000 partitions in one task, raw (straight to the server, no proxy, no added latency)**" in text
     assert "counting proxy" not in text
     assert "**0.59x** (95% CI 0.59-0.59, n=3)" in text
+
+
+def _git(root, *args):
+    import subprocess
+
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=root, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def test_the_code_version_is_the_last_commit_that_changed_the_product_code(tmp_path):
+    _git(tmp_path, "init", "-q")
+    (tmp_path / "mpcommit").mkdir()
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "mpcommit" / "a.py").write_text("1\n")
+    _git(tmp_path, "add", "-A")
+    _git(tmp_path, "commit", "-qm", "code")
+    code = _git(tmp_path, "rev-parse", "--short=10", "HEAD")
+    (tmp_path / "bench" / "results.jsonl").write_text("{}\n")
+    _git(tmp_path, "add", "-A")
+    _git(tmp_path, "commit", "-qm", "records only")
+    records_only = _git(tmp_path, "rev-parse", "--short=10", "HEAD")
+    assert records.code_version(records_only, tmp_path) == code != records_only
+    state = records.git_state(tmp_path)
+    assert state["commit"] == records_only and state["code"] == code and not state["dirty"]
+    (tmp_path / "mpcommit" / "a.py").write_text("2\n")
+    assert records.git_state(tmp_path)["dirty"], "a change under mpcommit/ is not the committed code"
+    _git(tmp_path, "commit", "-qam", "code again")
+    assert records.code_version("HEAD", tmp_path) == _git(tmp_path, "rev-parse", "--short=10", "HEAD")
+    assert records.code_version("0123456789", tmp_path) == "", "a commit git does not know has no version"
+
+
+def test_the_versions_block_counts_each_records_file_s_runs_at_the_named_code(tmp_path):
+    now = _session("now", git={"commit": "bbbbbbbbbb", "code": "aaaaaaaaaa", "dirty": False})
+    dirty = _session("dirty", git={"commit": "bbbbbbbbbb", "code": "aaaaaaaaaa", "dirty": True})
+    old = _session("old", git={"commit": "0ld0000000", "dirty": False})  # recorded before "code": its commit
+    _write(tmp_path / "peers.jsonl", [old, _peer("mpcommit", 0, 30, 3, session="old"), now, dirty,
+                                      _peer("mpcommit", 0, 30, 3, session="now"),
+                                      _peer("magic-tuned", 0, 45, 4, session="now"),
+                                      _peer("mpcommit", 0, 30, 3, session="dirty")])
+    text = "\n".join(report_tables.render_code_versions(tmp_path, head="aaaaaaaaaa"))
+    assert "**aaaaaaaaaa**" in text
+    row = next(line for line in text.splitlines() if "`peers.jsonl`" in line)
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2:4] == ["2", "2"], "two runs at the named code; the dirty one and the old one are not"
+    assert "0ld0000000 (1)" in cells[4] and "aaaaaaaaaa +uncommitted changes under mpcommit/ (1)" in cells[4]
+    assert "commit_scale" not in text, "a records file with no runs is not listed"
+
+
+def test_a_table_never_mixes_runs_of_the_named_code_with_older_code(tmp_path):
+    now = _session("now", git={"commit": "bbbbbbbbbb", "code": "aaaaaaaaaa", "dirty": False})
+    old = _session("old", git={"commit": "0ld0000000", "dirty": False})
+    lines = [old, now]
+    for pair in range(3):
+        lines += [_peer("mpcommit", pair, 30, 3, session="old"), _peer("magic-tuned", pair, 60, 6, session="old"),
+                  _peer("mpcommit", pair, 20, 2, session="now"), _peer("magic-tuned", pair, 40, 8, session="now")]
+    _write(tmp_path / "peers.jsonl", lines)
+    peers = next(t for t in report_tables.TABLES if t.name == "peers")
+    text = "\n".join(report_tables.render(peers, tmp_path, head="aaaaaaaaaa"))
+    current, older = text.split("**At older code (0ld0000000), as measured then**")
+    assert "**At the product code of this commit (aaaaaaaaaa)**" in current
+    assert "**0.50x**" in current and "0.25x" in current, "20 s / 40 s end to end, 2 s / 8 s job commit"
+    assert "**0.50x**" in older and "**0.50x**" in older and "0.25x" not in older, "30 / 60 s and 3 / 6 s"
+    assert "code at aaaaaaaaaa;" in current and "code at 0ld0000000;" in older
+    alone = "\n".join(report_tables.render(peers, tmp_path, head="cccccccccc"))
+    assert "_6 runs in 1 session(s)" in current and "_6 runs in 1 session(s)" in older
+    assert "At older code" not in alone and "_12 runs in 2 session(s)" in alone, "none at the named code: one table"
