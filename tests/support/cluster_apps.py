@@ -125,6 +125,13 @@ class DriverApp:
             except (OSError, subprocess.TimeoutExpired):
                 self.process.kill()
                 self.process.wait(30)
+        # Closed here, not by the GC, which warns (ResourceWarning) inside whatever test runs then. Not stdout: the
+        # reader thread may still be on it (the driver's JVM can hold the pipe a moment after the driver is gone).
+        if self.process.stdin is not None:
+            try:
+                self.process.stdin.close()
+            except OSError:
+                pass
 
     def task_ends(self, needle: str) -> dict[int, list[TaskEnd]]:
         path = event_log(self.events_dir, self.app_id)
