@@ -342,8 +342,8 @@ def test_request_counts(backend, bucket) -> None:
         # plan, its jobs' records, re-check sources, the commit's loser-manifest scan and cleanup; the commit
         # order before the listing, after it (jobs in flight), and to take a place
         "list_objects_v2": 8,
-        # job descriptor, heartbeat, manifest, place, journal, _SUCCESS, the place's end
-        "head_bucket": 1, "put_object": 7,
+        # job descriptor, heartbeat, manifest, place, journal, the finishing turn, _SUCCESS, the place's end
+        "head_bucket": 1, "put_object": 8,
         # one GET per source, and _SUCCESS before it is replaced
         "create_multipart_upload": 1, "get_object": 7, "upload_part": 1, "complete_multipart_upload": 1,
         "head_object": 7,  # the descriptor after the journal is claimed, the ETag check before each source goes

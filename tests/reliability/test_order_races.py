@@ -159,9 +159,9 @@ def _two_finishers(backend, monkeypatch, clock) -> list:  # noqa: ANN001
     after _SUCCESS, right before the end of its place. ``clock``: what time.time() reads in
     mpcommit.protocol.order.
 
-    Two `recover` runs of one job now take turns (protocol/commit/turn.py), so these two never meet; the job's
-    own driver takes no turn, and a driver and a `recover` that took it for dead still can (moto oncall seed 83
-    was that pair). Here the turn is set aside, so that the two runs stand in for them. The second starts once
+    Two `recover` runs of one job now take turns (protocol/commit/turn.py), and so, since 2026-11-26, does the
+    job's own driver; a driver and a `recover` that took it for dead (the turn taken over from a silent holder)
+    still can meet (moto oncall seed 83 was a driver and a `recover`). Here the turn is set aside, so that the two runs stand in for them. The second starts once
     the first has completed every upload and waits after _SUCCESS: LocalStack does not make two completes of
     one upload atomic (why the turn exists), and side by side they failed this test now and then under load."""
     import mpcommit.protocol.order as order_module
@@ -214,6 +214,53 @@ def test_two_finishers_in_one_millisecond_one_says_it_finished(backend, monkeypa
     them (moto oncall seed 83 of the first long run: the driver and a `recover` both reported committing job
     x; the data was right, the reports were not). The record now carries a random writer token."""
     assert len(_two_finishers(backend, monkeypatch, lambda: 1_800_000_000.123)) == 1
+
+
+def test_a_recover_beside_a_live_driver_waits_for_its_commit_instead_of_completing_its_uploads_too(backend,
+                                                                                                  monkeypatch):
+    """The soak's case (CI, 2026-11-26): a periodic `recover` finds a journal while the job's own driver is still
+    committing it (both had waited for a dead job before it), and both completed the job's uploads at once.
+    Harmless on S3; on LocalStack 4.13 two completes of one upload at once leave an empty object about one time
+    in three (66 of 200 pairs), and the soak found a committed job's rows gone. The driver now takes the job's
+    finishing turn with its journal. Forced: the driver is held before its completes; the recover, started
+    then, must not complete anything -- it waits for the driver's turn and then says another process finished
+    the job; the driver's report is its own."""
+    from mpcommit.protocol.commit.placing import Placer
+
+    bucket = backend.new_bucket("mpc-races")
+    seed(backend, bucket)
+    job = Job.create(f"s3://{bucket}/t", mode="overwrite", s3=backend.options, order=QUICK)
+    results = rows_of(job, "new")
+    held, release = threading.Event(), threading.Event()
+    placed_by: list[str] = []
+    place_all = Placer.place_all
+
+    def hold_the_driver(placer: Placer, *args, **kwargs):  # noqa: ANN202
+        name = threading.current_thread().name
+        placed_by.append(name)
+        if name == "driver":
+            held.set()
+            assert release.wait(TIMEOUT), "never released"
+        return place_all(placer, *args, **kwargs)
+
+    monkeypatch.setattr(Placer, "place_all", hold_the_driver)
+    with ThreadPoolExecutor(2) as pool:
+        driver = pool.submit(_named, "driver", job.commit, results)
+        assert held.wait(TIMEOUT), "the driver never reached its completes"
+        recovering = pool.submit(_named, "recover", recover, f"s3://{bucket}/t", s3=backend.options, order=QUICK)
+        time.sleep(4 * QUICK.poll_seconds)  # several of the recover's polls of the turn
+        assert placed_by == ["driver"], f"the recover completed the job's uploads beside its live driver: {placed_by}"
+        assert not recovering.done()
+        release.set()
+        report = driver.result(TIMEOUT)
+        actions = recovering.result(TIMEOUT)
+    assert not report.finished_elsewhere
+    assert [(a.job_id, a.action) for a in actions] == [(job.job_id, RecoveryOutcome.FINISHED)]
+    assert "finished by another process" in actions[0].detail or "ended by another process" in actions[0].detail
+    assert placed_by == ["driver"]
+    assert lines(backend, bucket) == expected("new")
+    assert pending_uploads(backend.client, bucket, "t") == []
+    assert not job_records(backend.client, bucket, "t", job.job_id)
 
 
 # ---------------------------------------------------------------- the test server's own race

@@ -1,5 +1,5 @@
-"""One finisher at a time: ``recover`` runs (and jobs taking a dead job over) that meet on one interrupted
-commit take turns instead of completing its uploads side by side.
+"""One finisher at a time: a job's driver, the ``recover`` runs and the jobs taking a dead job over that meet on
+one commit take turns instead of completing its uploads side by side.
 
 Two finishers are safe by the protocol's own means -- completes are idempotent, the end of a place is taken
 once, the loser says "finished by another process" -- but they double the requests of a large commit, and a
@@ -10,8 +10,12 @@ recorded. A turn is taken over only from a holder that is gone: one of this host
 (a killed ``recover``, re-run at once by the on-call engineer), or one whose job heartbeat -- the holder beats
 it while it works -- stayed the same for a lease, on the waiter's own clock.
 
-The job's own driver takes no turn: it holds the job's place in the order and its journal claim, and a
-rollback racing it is decided by the journal key (see journal.claim_rollback).
+The job's own driver takes the turn too, with its journal: a `recover` that finds the journal while the driver
+is still committing (a cron's, or the soak's every 11 s, both having waited for a dead job before it) waits for
+the driver instead of completing the same uploads beside it -- which on LocalStack left two of a committed
+overwrite's files empty (CI, 2026-11-26; two completes of one upload at once empty the object in 66 of 200
+pairs). A driver whose commit fails gives the turn back at once. A rollback racing the driver is decided by the
+journal key, not by the turn (see journal.claim_rollback).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import logging
 import os
 import socket
 import time
+import uuid
 from collections.abc import Callable
 
 import orjson
@@ -50,14 +55,20 @@ class FinisherTurn:
         pulse = Pulse(self.store)
         announced = False
         while True:
+            body = self._body()
             try:
-                self._etag = self.store.put_object(bucket, self.key, self._body(), if_none_match=True)
+                self._etag = self.store.put_object(bucket, self.key, body, if_none_match=True)
                 return True
             except PreconditionFailedError:
                 pass
+            holder = self.store.head_object(bucket, self.key)
+            if holder is not None and self._raw(holder.etag) == body:
+                # Our own create, whose answer was lost and whose retry the store refused: the turn is ours (the
+                # body carries a random token, so no other process or thread wrote these bytes).
+                self._etag = holder.etag
+                return True
             if ended():
                 return False
-            holder = self.store.head_object(bucket, self.key)
             if holder is None:
                 continue  # released meanwhile: try again at once
             if self._gone(holder.etag, pulse):
@@ -90,17 +101,23 @@ class FinisherTurn:
             return True
         return pulse.silent_for(self.paths) >= self.settings.lease_seconds
 
-    def _read(self, etag: str) -> dict | None:
+    def _raw(self, etag: str) -> bytes | None:
         try:
-            body = self.store.get_object(self.paths.destination.bucket, self.key, if_match=etag)
-            found = orjson.loads(body)
-        except Exception:  # noqa: BLE001 -- unreadable or gone: judged by the heartbeat alone
+            return self.store.get_object(self.paths.destination.bucket, self.key, if_match=etag)
+        except Exception:  # noqa: BLE001 -- unreadable or gone: not ours, judged by the heartbeat alone
+            return None
+
+    def _read(self, etag: str) -> dict | None:
+        body = self._raw(etag)
+        try:
+            found = orjson.loads(body) if body is not None else None
+        except orjson.JSONDecodeError:
             return None
         return found if isinstance(found, dict) else None
 
     def _body(self) -> bytes:
         return orjson.dumps({"jobId": self.paths.job_id, "hostname": socket.gethostname(), "pid": os.getpid(),
-                             "time": int(time.time() * 1000)})
+                             "time": int(time.time() * 1000), "token": uuid.uuid4().hex})
 
 
 def _running(pid: object) -> bool:
