@@ -301,6 +301,24 @@ def test_records_headers_only_when_asked(net: S3Network, _moto_backend_session: 
     assert seen[0][1]["x-amz-server-side-encryption"] == "AES256" and "authorization" in seen[0][1]
 
 
+def test_the_trail_names_every_request_that_changes_the_store_and_no_read(_moto_backend_session: Backend,
+                                                                           tmp_path: Any) -> None:
+    import json
+
+    trail = tmp_path / "trail.jsonl"
+    with S3Network(_moto_backend_session.endpoint_url, NONE, trail=str(trail)) as traced:
+        c = raw_s3_client(traced.endpoint_url)
+        bucket = _bucket(_moto_backend_session)
+        c.put_object(Bucket=bucket, Key="t/a", Body=b"x")
+        c.get_object(Bucket=bucket, Key="t/a")
+        c.copy_object(Bucket=bucket, Key="t/b", CopySource={"Bucket": bucket, "Key": "t/a"})
+        c.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": "t/a"}, {"Key": "t/b"}]})
+    entries = [json.loads(line) for line in trail.read_text().splitlines()]
+    assert [e["op"] for e in entries] == ["PutObject", "CopyObject", "DeleteObjects"]
+    assert entries[1]["src"].endswith("/t/a") and entries[2]["keys"] == ["t/a", "t/b"]
+    assert all(e["status"] == 200 for e in entries)
+
+
 # ---------------------------------------------------------------- signatures
 def test_servers_that_check_signatures_accept_what_went_through(backend: Backend) -> None:
     """The proxy forwards each request as its client signed it, so that every server accepts it -- versitygw

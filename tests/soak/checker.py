@@ -149,7 +149,7 @@ class Reader:
             seen.add(cache_key)
             if cache_key not in self._cache:
                 try:
-                    self._cache[cache_key] = self._parse(key)
+                    self._cache[cache_key] = self._parse(key, obj.get("Size"))
                 except Exception as exc:  # noqa: BLE001 - reported as a violation, not a crash
                     unreadable.append(f"{key}: {type(exc).__name__}: {exc}")
                     continue
@@ -161,8 +161,13 @@ class Reader:
         pending = [(e["Key"], e["UploadId"]) for e in pending_upload_entries(self.client, self.bucket, "")]
         return Snapshot(dict(rows), objects, unreadable, pending, dict(records))
 
-    def _parse(self, key: str) -> list[tuple[tuple, int, str]]:
+    def _parse(self, key: str, listed_size: int | None = None) -> list[tuple[tuple, int, str]]:
         body = read_object(self.client, self.bucket, key)
+        # Every file a soak job writes holds at least one row. An empty body, or one shorter than the listing
+        # says, lost its rows on the way: LocalStack 4.13 leaves such objects when two completes of one upload
+        # run at once (2026-11-26) -- named here, not counted as rows that are merely missing.
+        if not body or (listed_size is not None and len(body) != listed_size):
+            raise ValueError(f"{len(body)} bytes read, {listed_size} listed")
         out = []
         if key.endswith(".txt"):
             for text in body.decode().splitlines():
@@ -361,7 +366,28 @@ def read_order(client: Any, bucket: str, dest: str) -> list[dict[str, Any]]:
         if len(stem) != 20 or not stem.isdigit():
             continue
         (outcomes if done else entries)[int(stem)] = json.loads(read_object(client, bucket, obj["Key"]))
-    return [{**entries[p], "outcome": (outcomes.get(p) or {}).get("outcome")} for p in sorted(entries)]
+    return [{**entries[p], "outcome": (outcomes.get(p) or {}).get("outcome"), "ended": (outcomes.get(p) or {}).get("time")}
+            for p in sorted(entries)]
+
+
+def settle_fates(jobs: dict[str, JobLog], orders: dict[str, list[dict[str, Any]]]) -> int:
+    """At the end: a job whose driver died (or whose commit's outcome it never learnt) ended as its place in the
+    commit order says -- finished by a ``recover`` run or taken over by a later job that waited for it (the latter
+    leaves no trace in the soak's own logs). Committed: its end is the time its place ended; rolled back: not
+    committed. Returns how many fates were settled so."""
+    ended = {e["jobId"]: (e["outcome"], e.get("ended")) for entries in orders.values() for e in entries
+             if e.get("outcome") is not None}
+    settled = 0
+    for job in jobs.values():
+        if job.fate not in ("killed", "unknown", "running") or not job.job_id or job.job_id not in ended:
+            continue
+        outcome, at = ended[job.job_id]
+        if outcome == "committed":
+            job.fate, job.end = "committed", at if at is not None else job.end
+        else:
+            job.fate, job.end = "not_committed", at if at is not None else job.end
+        settled += 1
+    return settled
 
 
 def check_order_model(client: Any, bucket: str, dests: Iterable[str], snap: Snapshot,

@@ -45,7 +45,15 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.cluster_apps import DriverApp, cli
-from tests.soak.checker import COMPACTION_RECOVERY_STUCK, JobLog, Reader, check, check_order_model
+from tests.soak.checker import (
+    COMPACTION_RECOVERY_STUCK,
+    JobLog,
+    Reader,
+    check,
+    check_order_model,
+    read_order,
+    settle_fates,
+)
 from tests.support.s3_network import NONE, FaultPlan, FaultRule, S3Network
 from tests.support.spark_cluster import StandaloneCluster
 
@@ -115,7 +123,10 @@ class Soak:
         # The fault proxy, plus latency spikes: a share of requests waits up to ``spike_max`` seconds first.
         faults = FaultPlan(default=FaultRule(settings.fault_rate), seed=settings.seed, max_consecutive=3,
                            max_faults=None, spike_rate=settings.spike_rate, spike_max=settings.spike_max)
-        self.proxy = S3Network(upstream, NONE, faults=faults, lifetime=settings.seconds + 3600)
+        # Every request that changed the store, for the forensics of a violation (which request removed a key).
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.proxy = S3Network(upstream, NONE, faults=faults, lifetime=settings.seconds + 3600,
+                               trail=str(workdir / "proxy-trail.jsonl"))
         self.proxy_stats: dict[str, Any] = {}
         self.stopping = threading.Event()
         self.lock = threading.Lock()
@@ -489,6 +500,8 @@ class Soak:
                 self.ops["orphan uploads aborted at the end"] += json.loads(done.stdout)["aborted"]
         jobs = self.jobs()
         snap = self.reader.snapshot()
+        orders = {dest: read_order(self.client, self.bucket, dest) for dest in DESTS}
+        self.notes["fates settled by the commit order"] = settle_fates(jobs, orders)
         verdict = check(snap, jobs, final=True)
         for problem in verdict.violations:
             if problem not in self.violations:
@@ -532,6 +545,12 @@ class Soak:
             except Exception as exc:  # noqa: BLE001 - gone since
                 out[key] = {"error": str(exc)}
         (self.dir / "forensics.json").write_text(json.dumps(out, indent=1, sort_keys=True))
+        # Each destination's commit order as it ended, and every visible key: with the proxy's trail, enough to
+        # replay who wrote and who removed what.
+        orders = {dest: read_order(self.client, self.bucket, dest) for dest in DESTS}
+        (self.dir / "orders.json").write_text(json.dumps(orders, indent=1, sort_keys=True))
+        (self.dir / "visible.json").write_text(json.dumps(sorted({w.obj for where in snap.rows.values()
+                                                                  for w in where}), indent=1))
 
     def report(self, jobs: dict[str, JobLog]) -> dict[str, Any]:
         fates: dict[str, Counter[str]] = defaultdict(Counter)

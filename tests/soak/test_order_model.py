@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.soak.checker import JobLog, Reader, check_order_model
+from tests.soak.checker import JobLog, Reader, check_order_model, read_order, settle_fates
 from tests.soak.runner import line
 
 A = "11111111-1111-4111-8111-111111111111"
@@ -88,3 +88,27 @@ def test_an_open_place_and_a_log_the_order_contradicts_fail(table: tuple[Any, st
     violations = _verdict(client, bucket, jobs).violations
     assert any("still open at the end" in v for v in violations)
     assert any("p1-0 not committed by its log, its place 2 ended committed" in v for v in violations)
+
+
+def test_an_empty_file_is_named_not_taken_for_rows_merely_missing(table: tuple[Any, str]) -> None:
+    """What LocalStack left of two completes of one upload at once: the object listed, its body empty."""
+    client, bucket = table
+    client.put_object(Bucket=bucket, Key=f"data/k=a/part-00000-{B}.c000.txt", Body=b"")
+    snap = Reader(client, bucket).snapshot()
+    assert [u.split(":")[0] for u in snap.unreadable] == [f"data/k=a/part-00000-{B}.c000.txt"]
+    assert "0 bytes read" in snap.unreadable[0]
+
+
+def test_a_killed_job_ends_as_its_place_in_the_order_says(table: tuple[Any, str]) -> None:
+    """A driver killed in its commit and finished by a later job's take-over leaves no trace in the soak's logs:
+    at the end its fate is read from its place (committed, with the place's end as its time)."""
+    client, bucket = table
+    client.put_object(Bucket=bucket, Key="data/_mpcommit/order/00000000000000000002.done",
+                      Body=json.dumps({"outcome": "committed", "time": 1234}).encode())
+    jobs = _jobs()
+    jobs["p1-0"].fate, jobs["p1-0"].end = "killed", None
+    jobs["p9-0"] = JobLog("p9-0", "py", "data", "append", "static", 0, job_id="99999999-9999-4999-8999-999999999999",
+                          fate="killed")  # never took a place: left as it was
+    assert settle_fates(jobs, {"data": read_order(client, bucket, "data")}) == 1
+    assert (jobs["p1-0"].fate, jobs["p1-0"].end) == ("committed", 1234)
+    assert jobs["p9-0"].fate == "killed"

@@ -652,7 +652,7 @@ class Proxy:
     """The proxy's event-loop side: one per process (see :class:`S3Network` for the side a test holds)."""
 
     def __init__(self, upstream: str, profile: NetworkProfile, *, faults: FaultPlan | None = None,
-                 record_headers: bool = False):
+                 record_headers: bool = False, trail: str | None = None):
         parts = urlsplit(upstream)
         if parts.scheme != "http" or not parts.hostname or not parts.port:
             raise ValueError(f"upstream must be http://host:port, got {upstream!r}")
@@ -663,6 +663,26 @@ class Proxy:
         self.faults = FaultDecider(faults)
         self.record_headers = record_headers
         self.headers: list[tuple[str, dict[str, str]]] = []  # (request class, headers in lower case) when recorded
+        #: Every request that changes the store, one JSON line each (when asked): what a soak's forensics read to
+        #: tell which request removed or wrote a key, and when.
+        self.trail = open(trail, "a", buffering=1) if trail else None
+
+    def _record(self, method: str, path: str, query: Mapping[str, str], op: str, status: int | str,
+                lower: Mapping[str, str], body: bytes | None, started: float) -> None:
+        if self.trail is None or method in ("GET", "HEAD"):
+            return
+        entry: dict[str, Any] = {"t": round(started * 1000), "ms": round((time.time() - started) * 1000), "op": op,
+                                 "path": path, "status": status}
+        if "uploadId" in query:
+            entry["upload"] = query["uploadId"][-12:]
+        if "x-amz-copy-source" in lower:
+            entry["src"] = unquote(lower["x-amz-copy-source"])
+        for h in ("if-none-match", "if-match", "x-amz-copy-source-if-match"):
+            if h in lower:
+                entry[h] = lower[h]
+        if body is not None and op == "DeleteObjects":
+            entry["keys"] = delete_keys(body)
+        self.trail.write(json.dumps(entry) + "\n")
 
     def set_profile(self, profile: NetworkProfile) -> None:
         self.profile = profile
@@ -714,6 +734,7 @@ class Proxy:
         query = dict(parse_qsl(split.query, keep_blank_values=True))
         lower = {k.lower(): v for k, v in headers}
         op = classify(method, unquote(split.path), query, lower)
+        started = time.time()
         stats = c.op(op)
         stats["requests"] += 1
         c.in_flight += 1
@@ -743,8 +764,10 @@ class Proxy:
                 await asyncio.sleep(spike)
             if fault in _REFUSALS:
                 stats["errors"] += 1
+                self._record(method, unquote(split.path), query, op, fault.name, lower, body, started)
                 return await self._refuse(fault, method, profile, lower, reader, writer, body is not None, up_pace)
             if fault is Fault.DROP:  # the request is read, never forwarded, and the connection closed
+                self._record(method, unquote(split.path), query, op, fault.name, lower, body, started)
                 await _skip_body(lower, reader, body is not None, up_pace)
                 return False
             buckets = self.buckets if profile.throttle else None
@@ -781,6 +804,8 @@ class Proxy:
             response_head = await ureader.readuntil(b"\r\n\r\n")
             stats["upstream_seconds"] += time.monotonic() - request_end
             status, rheaders = _parse_status(response_head)
+            self._record(method, unquote(split.path), query, op,
+                         f"{status} {fault.name}" if fault is Fault.DROP_AFTER else status, lower, body, started)
             if status >= 400:
                 stats["errors"] += 1
             if sizing is not None:
@@ -997,7 +1022,7 @@ async def _relay_to_eof(src: asyncio.StreamReader, dst: asyncio.StreamWriter, pa
 # ---------------------------------------------------------------- the process
 async def _serve(args: argparse.Namespace, profile: NetworkProfile) -> None:
     faults = FaultPlan.from_json(json.loads(args.faults_json)) if args.faults_json else None
-    proxy = Proxy(args.upstream, profile, faults=faults, record_headers=args.record_headers)
+    proxy = Proxy(args.upstream, profile, faults=faults, record_headers=args.record_headers, trail=args.trail)
     server = await asyncio.start_server(proxy.client, "127.0.0.1", args.port, limit=1 << 20)
     port = server.sockets[0].getsockname()[1]
     print(f"listening http://127.0.0.1:{port}", flush=True)
@@ -1051,6 +1076,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--faults-json", help="the faults to inject as JSON (FaultPlan.to_json); none by default")
     p.add_argument("--record-headers", action="store_true", help="keep every request's headers (GET /__proxy/headers)")
     p.add_argument("--stats-file", help="write the counters here (JSON) when the proxy stops")
+    p.add_argument("--trail", help="append every request that changes the store here, one JSON line each")
     p.add_argument("--lifetime", type=float, default=6 * 3600, help="stop by itself after this many seconds")
     p.add_argument("--parent-pid", type=int, default=0, help="stop by itself when this process is gone")
     args = p.parse_args(argv)
@@ -1080,8 +1106,10 @@ class S3Network:
     ``stop()`` ends it, as does the end of ``lifetime`` seconds or of the process that started it."""
 
     def __init__(self, upstream: str, profile: NetworkProfile = S3_LIKE, *, faults: FaultPlan | None = None,
-                 record_headers: bool = False, stats_file: str | None = None, lifetime: float = 6 * 3600):
+                 record_headers: bool = False, stats_file: str | None = None, lifetime: float = 6 * 3600,
+                 trail: str | None = None):
         self.upstream = upstream
+        self.trail = trail
         self.profile = profile
         self.fault_plan = faults
         self.record_headers = record_headers
@@ -1100,6 +1128,8 @@ class S3Network:
             cmd.append("--record-headers")
         if self.stats_file:
             cmd += ["--stats-file", self.stats_file]
+        if self.trail:
+            cmd += ["--trail", self.trail]
         self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
         assert self.proc.stdout is not None
         line = [""]
