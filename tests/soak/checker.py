@@ -61,6 +61,9 @@ class JobLog:
     fate: str = "running"
     #: py: {task: {"attempt": a, "files": [[value, file, lines], ...]}}; spark: {"tasks": T, "rows": R}
     rows: dict[str, Any] | None = None
+    #: Its end is known from a `recover` ("ended by another process") while its own driver, still running, had not
+    #: logged it: the driver may still be removing the job's records.
+    driver_still_running: bool = False
 
     @property
     def finished(self) -> bool:
@@ -320,7 +323,7 @@ def check(snap: Snapshot, jobs: dict[str, JobLog], *, final: bool, compacting: I
             v.fail(f"pending upload of finished job {owner.run} ({owner.fate}): {key}")
     for job_id, keys in snap.records.items():
         owner = by_job_id.get(job_id)
-        if owner is not None and owner.finished:
+        if owner is not None and owner.finished and (final or not owner.driver_still_running):
             v.fail(f"records of finished job {owner.run} ({owner.fate}) remain: {sorted(keys)[:2]}")
     if final:
         v.notes["visible objects"] = snap.objects

@@ -447,6 +447,7 @@ class Soak:
         for job in jobs.values():
             action = recovered.get(job.job_id or "")
             if action and action[0] == "finished" and job.fate in ("killed", "unknown", "running"):
+                job.driver_still_running = job.fate == "running"
                 job.fate, job.end = "committed", action[1]
         return jobs
 

@@ -112,3 +112,18 @@ def test_a_killed_job_ends_as_its_place_in_the_order_says(table: tuple[Any, str]
     assert settle_fates(jobs, {"data": read_order(client, bucket, "data")}) == 1
     assert (jobs["p1-0"].fate, jobs["p1-0"].end) == ("committed", 1234)
     assert jobs["p9-0"].fate == "killed"
+
+
+def test_records_of_a_job_whose_driver_still_cleans_up_are_judged_at_the_end_only() -> None:
+    """A `recover` says a job ended (its driver recorded the end) while the driver, still running, removes the
+    job's records: mid-run that is no leftover; at the end, once every driver stopped, it is."""
+    from tests.soak.checker import Snapshot, check
+
+    job = JobLog("p0-0", "py", "data", "append", "static", 0, job_id=A, fate="committed", end=1,
+                 driver_still_running=True)
+    snap = Snapshot({}, 0, [], [], {A: {f"data/_temporary/mpcommit/{A}/alive.json"}})
+    assert check(snap, {"p0-0": job}, final=False).violations == []
+    [problem] = check(snap, {"p0-0": job}, final=True).violations
+    assert "records of finished job p0-0" in problem
+    job.driver_still_running = False
+    assert check(snap, {"p0-0": job}, final=False).violations == [problem]
