@@ -726,19 +726,25 @@ TABLES: tuple[Table, ...] = (
 
 
 def render(table: Table, directory: Path, head: str | None = None) -> list[str]:
-    """``table`` from the records in ``directory``. Runs of the product code at ``head`` (default: HEAD's version)
-    and runs of older code are never mixed: where both exist, the table is rendered for each, the current first."""
+    """``table`` from the records in ``directory``. Runs of different product code are never mixed: runs of the
+    code at ``head`` (default: HEAD's version) first, under a heading that says so, then each older version
+    apart, newest first, each under "as measured then" -- also when no run measured the code at ``head`` (a
+    product change since the last full run): its figures are then labelled as older code's, never pooled."""
     sessions, runs = load([directory / f"{table.scenario}.jsonl"]) if table.scenario else ({}, [])
     if not runs or table.splits_by_code:
         return table.render(sessions, runs)
     head = head or code_version("HEAD") or "?"
-    current = [r for r in runs if code_of(sessions.get(r.get("session"), {})) == head]
-    older = [r for r in runs if code_of(sessions.get(r.get("session"), {})) != head]
-    if not current or not older:
+    by_code = runs_by_code(sessions, runs)
+    if list(by_code) == [head]:
         return table.render(sessions, runs)
-    versions = ", ".join(reversed(list(runs_by_code(sessions, older))))
-    return [f"**At the product code of this commit ({head})**", "", *table.render(sessions, current), "",
-            f"**At older code ({versions}), as measured then**", "", *table.render(sessions, older)]
+    out: list[str] = []
+    for code in [head, *reversed([c for c in by_code if c != head])]:
+        if code not in by_code:
+            continue
+        title = (f"**At the product code of this commit ({head})**" if code == head
+                 else f"**At older code ({code}), as measured then**")
+        out += [title, "", *table.render(sessions, by_code[code]), ""]
+    return out[:-1]
 
 
 def render_code_versions(results: Path, head: str | None = None) -> list[str]:
