@@ -332,6 +332,47 @@ def test_a_turn_held_elsewhere_is_waited_for_until_its_heartbeat_is_silent_for_a
     check_committed(backend.client, bucket, "t", y, plan.expected({t: 0 for t in range(plan.TASKS)}))
 
 
+def test_a_driver_whose_commit_fails_gives_its_turn_back_at_once(backend):
+    """The driver holds its commit's finishing turn; when the commit fails after its journal (here an injected
+    fault after the first complete) it gives the turn back, so that `recover` finishes the job at once instead
+    of waiting a lease for a holder that is alive -- also on a store that cannot make a delete conditional
+    (LocalStack answers NotImplemented: the turn is deleted while it still holds the driver's bytes)."""
+    from mpcommit.errors import CommitStateUnknownError
+
+    bucket = backend.new_bucket("mpc-order")
+    seed(backend, bucket)
+    slow = OrderSettings(heartbeat_seconds=5, lease_seconds=60, poll_seconds=0.2)
+    job = Job.create(f"s3://{bucket}/t", mode="overwrite", s3=backend.options, order=slow)
+    refs = rows_of(job, "new")
+    with faults.installed(faults.fail_at("commit.after_complete", 1)), pytest.raises(CommitStateUnknownError):
+        job.commit(refs)
+    assert not [k for k in job_records(backend.client, bucket, "t", job.job_id) if k.endswith("/finishing.json")]
+    t0 = time.monotonic()
+    [action] = recover(f"s3://{bucket}/t", s3=backend.options, job_id=job.job_id, order=slow)
+    assert time.monotonic() - t0 < 20
+    assert action.action is RecoveryOutcome.FINISHED and not action.report.finished_elsewhere, action
+    assert lines(backend, bucket) == expected("new")
+
+
+def test_a_turn_given_back_is_deleted_only_while_it_is_still_this_process_s(backend):
+    """A finisher taken for gone (its heartbeat silent a lease) may find its turn taken over when it gives it
+    back: the other finisher's turn stays."""
+    from mpcommit.protocol.commit.turn import FinisherTurn
+    from mpcommit.protocol.layout import JobPaths
+
+    bucket = backend.new_bucket("mpc-order")
+    paths = JobPaths(parse_uri(f"s3://{bucket}/t"), "0d0d0d0d-0000-4000-8000-000000000001")
+    store = S3Store(backend.options)
+    mine = FinisherTurn(store, paths, QUICK)
+    assert mine.take(ended=lambda: False)
+    mine.release()
+    assert store.head_object(bucket, paths.finishing) is None, "given back"
+    assert mine.take(ended=lambda: False)
+    backend.client.put_object(Bucket=bucket, Key=paths.finishing, Body=b'{"taken": "over"}')
+    mine.release()
+    assert backend.client.get_object(Bucket=bucket, Key=paths.finishing)["Body"].read() == b'{"taken": "over"}'
+
+
 # ---------------------------------------------------------------- a rollback racing the commit it rolls back
 def test_a_rollback_that_claims_the_journal_first_stops_the_commit_whole(backend):
     """The adversarial review's case 4: the driver holds its place, a rollback (`recover --older-than`, `jobs

@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 import orjson
 
-from ...errors import PreconditionFailedError
+from ...errors import PreconditionFailedError, UnsupportedRequestError
 from ...options import OrderSettings
 from ...store.s3 import S3Store
 from ..heartbeat import Pulse
@@ -47,6 +47,7 @@ class FinisherTurn:
         self.settings = settings
         self.key = paths.finishing
         self._etag: str | None = None
+        self._held: bytes | None = None  # what this process wrote at the turn's key
 
     def take(self, ended: Callable[[], bool]) -> bool:
         """Wait for the turn: True once this process holds it, False once ``ended()`` says the job's end is
@@ -58,6 +59,7 @@ class FinisherTurn:
             body = self._body()
             try:
                 self._etag = self.store.put_object(bucket, self.key, body, if_none_match=True)
+                self._held = body
                 return True
             except PreconditionFailedError:
                 pass
@@ -65,7 +67,7 @@ class FinisherTurn:
             if holder is not None and self._raw(holder.etag) == body:
                 # Our own create, whose answer was lost and whose retry the store refused: the turn is ours (the
                 # body carries a random token, so no other process or thread wrote these bytes).
-                self._etag = holder.etag
+                self._etag, self._held = holder.etag, body
                 return True
             if ended():
                 return False
@@ -73,7 +75,9 @@ class FinisherTurn:
                 continue  # released meanwhile: try again at once
             if self._gone(holder.etag, pulse):
                 try:
-                    self._etag = self.store.put_object(bucket, self.key, self._body(), if_match=holder.etag)
+                    body = self._body()
+                    self._etag = self.store.put_object(bucket, self.key, body, if_match=holder.etag)
+                    self._held = body
                     log.warning("job %s: the process finishing it is gone; this one finishes it",
                                 self.paths.job_id)
                     return True
@@ -89,11 +93,20 @@ class FinisherTurn:
         After a finish the job's records go, and the turn with them."""
         if self._etag is None:
             return
+        bucket = self.paths.destination.bucket
         try:
-            self.store.delete_object(self.paths.destination.bucket, self.key, if_match=self._etag)
+            try:
+                self.store.delete_object(bucket, self.key, if_match=self._etag)
+            except UnsupportedRequestError:
+                # A store that cannot make a delete conditional (LocalStack 4.13: NotImplemented): the turn is deleted
+                # only while it still holds this process's bytes. Between that read and the delete only a finisher
+                # that took this process for gone could write it, and this one is alive and beating.
+                if self._held is not None and self._raw(self._etag) == self._held:
+                    self.store.delete_object(bucket, self.key)
         except Exception as exc:  # noqa: BLE001 -- a turn left behind costs the next finisher a lease, no more
-            log.debug("job %s: the finishing turn stays (%s)", self.paths.job_id, exc)
+            log.warning("job %s: the finishing turn stays, the next finisher waits for it (%s)", self.paths.job_id, exc)
         self._etag = None
+        self._held = None
 
     def _gone(self, etag: str, pulse: Pulse) -> bool:
         held = self._read(etag)
