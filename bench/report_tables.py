@@ -767,9 +767,33 @@ def render_code_versions(results: Path, head: str | None = None) -> list[str]:
                       rows, "llrrl")]
 
 
+def render_full_run(results: Path, head: str | None = None) -> list[str]:
+    """The full run's steps (:func:`bench.full_run.steps`): each one's command, what it takes (its last measured
+    duration from the ledger, else the estimate) and whether it has run to its end at the product code of
+    ``head`` -- what is left before every table describes one named commit."""
+    from .full_run import last_minutes, missing_steps, read_ledger, steps
+
+    head = head or code_version("HEAD") or "?"
+    ledger = read_ledger(results / "full_run.jsonl")
+    missing = {s.name for s in missing_steps(steps(), ledger, head)}
+    measured = last_minutes(ledger)
+    done_at = {e["step"]: e["started"] for e in ledger if e.get("code") == head and e.get("exit") == 0}
+    rows, left = [], 0.0
+    for s in steps():
+        m = measured.get(s.name)
+        took = f"{m:.0f} min (measured)" if m and m >= 10 else f"{m:.1f} min (measured)" if m else f"{s.estimate} (estimate)"
+        if s.name in missing:
+            left += measured.get(s.name) or float(s.estimate.split()[0]) * (60 if s.estimate.endswith(" h") else 1)
+        rows.append([f"`{s.name}`", f"`python -m {' '.join(s.args)}`", s.tables, took,
+                     f"done, {done_at[s.name]}" if s.name in done_at else "**to run**"])
+    return [f"At the product code of this commit (**{head}**): {len(steps()) - len(missing)} of {len(steps())} "
+            f"steps done; the rest take about {left / 60:.1f} h (`python -m bench.full_run --missing`).", "",
+            *md_table(["step", "command", "tables", "takes", f"at {head}"], rows, "lllrl")]
+
+
 def blocks(results: Path = RESULTS_DIR, smoke: Path = SMOKE_DIR) -> dict[str, list[str]]:
     """Every generated block by its marker name: the tables from ``results``, and ``smoke-*`` from ``smoke``."""
-    out: dict[str, list[str]] = {"code-versions": render_code_versions(results)}
+    out: dict[str, list[str]] = {"code-versions": render_code_versions(results), "full-run": render_full_run(results)}
     for t in TABLES:
         out[t.name] = render(t, results)
         if t.scenario:

@@ -47,3 +47,19 @@ def test_the_committed_ledger_names_only_known_steps_with_their_commands() -> No
     for e in entries:
         assert e["step"] in known, e
         assert {"code", "commit", "started", "minutes", "exit", "command"} <= set(e), e
+
+
+def test_benchmarks_md_says_which_steps_are_left_at_the_code_of_its_commit(tmp_path: Path) -> None:
+    from bench.report_tables import render_full_run
+
+    ledger = tmp_path / "full_run.jsonl"
+    record_step(_by_name("writer-s3"), code="head", commit="h", started="2026-11-27 00:13:13 UTC", minutes=2.0,
+                exit_status=0, path=ledger)
+    record_step(_by_name("peers-s3"), code="older", commit="o", started="2026-11-26 19:37:39 UTC", minutes=73.2,
+                exit_status=0, path=ledger)
+    text = "\n".join(render_full_run(tmp_path, head="head"))
+    assert f"1 of {len(steps())} steps done" in text
+    writer = next(line for line in text.splitlines() if line.startswith("| `writer-s3`"))
+    peers = next(line for line in text.splitlines() if line.startswith("| `peers-s3`"))
+    assert "done, 2026-11-27 00:13:13 UTC" in writer and "2.0 min (measured)" in writer
+    assert "**to run**" in peers and "73 min (measured)" in peers
