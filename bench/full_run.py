@@ -35,7 +35,8 @@ class Step:
     name: str
     args: tuple[str, ...]
     # What the step takes on the 2-core machine: the ledger's durations of 2026-11-26/27 where it has one
-    # (peers, commit, compaction's small sets, task, writer, door, stream), an estimate from smoke runs otherwise.
+    # (peers, commit, compaction's small sets, task, writer, door, stream), else the sum of the per-run times
+    # in the records of 2026-11-26 (driver memory) or an estimate from smoke runs.
     estimate: str
     tables: str  # the BENCHMARKS.md tables it feeds
 
@@ -62,12 +63,12 @@ def steps() -> tuple[Step, ...]:
                                      "--repeats", "3", "--variants", "commit", "bare-crt", "--out", "scratch/commit_cold_100k"),
              "4 min", "commit-scale, commit-rate"),
         Step("driver-spark", ("bench.bench_driver_memory", "spark", "--files", "10000", "100000", "--repeats", "3"),
-             "30 min", "driver-memory"),
-        Step("driver-replay", ("bench.bench_driver_memory", "replay", "--files", "10000", "100000", "1000000"),
              "25 min", "driver-memory"),
+        Step("driver-replay", ("bench.bench_driver_memory", "replay", "--files", "10000", "100000", "1000000"),
+             "18 min", "driver-memory"),
         Step("driver-replay-referenced", ("bench.bench_driver_memory", "replay", "--referenced",
                                           "--files", "10000", "100000", "1000000"),
-             "25 min", "driver-memory"),
+             "18 min", "driver-memory"),
         # json-mixed-3gib (2.69 GiB): the target is at >= 2 GiB, which json-mixed-2gib (1.76 GiB) is not.
         Step("compaction-s3-3gib", ("bench.bench_compaction", "--server", "localstack", "--network", "s3",
                                     "--datasets", "json-mixed-3gib", "--repeats", "5",
