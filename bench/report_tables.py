@@ -747,6 +747,39 @@ def render(table: Table, directory: Path, head: str | None = None) -> list[str]:
     return out[:-1]
 
 
+def render_current(table: Table, directory: Path, head: str | None = None) -> list[str]:
+    """The Results block of ``table``: only the runs of the product code at ``head`` (default: HEAD's version).
+    When no run measured that code yet (a product change since the last full run), the newest older version's
+    runs, labelled as such. Every other version's runs are in :func:`render_history`'s block, never here."""
+    sessions, runs = load([directory / f"{table.scenario}.jsonl"]) if table.scenario else ({}, [])
+    if not runs:
+        return table.render(sessions, runs)
+    head = head or code_version("HEAD") or "?"
+    by_code = runs_by_code(sessions, runs)
+    older = [c for c in by_code if c != head]
+    if head in by_code:
+        title = ([f"**At the product code of this commit ({head})**; the runs of older code are in the History "
+                  "section, as measured then.", ""] if older else [])
+        return [*title, *table.render(sessions, by_code[head])]
+    newest = older[-1]
+    return [f"**At older code ({newest}), as measured then**: no run has measured the product code of this commit "
+            f"({head}) yet; the runs of still older code are in the History section.", "",
+            *table.render(sessions, by_code[newest])]
+
+
+def render_history(table: Table, directory: Path, head: str | None = None) -> list[str]:
+    """The History block of ``table``: each version of the product code that :func:`render_current` does not
+    show, newest first, apart and as measured then (its tables' footers give the dates)."""
+    sessions, runs = load([directory / f"{table.scenario}.jsonl"]) if table.scenario else ({}, [])
+    head = head or code_version("HEAD") or "?"
+    by_code = runs_by_code(sessions, runs)
+    shown = head if head in by_code else (list(by_code)[-1] if by_code else None)
+    out: list[str] = []
+    for code in reversed([c for c in by_code if c != shown]):
+        out += [f"**At code {code}, as measured then**", "", *table.render(sessions, by_code[code]), ""]
+    return out[:-1] or ["_No runs at older code._"]
+
+
 def render_code_versions(results: Path, head: str | None = None) -> list[str]:
     """Issue 25's "at one named commit": for each records file, how many of its runs measured the product code as
     it is at ``head`` (default: HEAD's :func:`~bench.records.code_version`) and which older versions the rest
@@ -792,11 +825,13 @@ def render_full_run(results: Path, head: str | None = None) -> list[str]:
 
 
 def blocks(results: Path = RESULTS_DIR, smoke: Path = SMOKE_DIR) -> dict[str, list[str]]:
-    """Every generated block by its marker name: the tables from ``results``, and ``smoke-*`` from ``smoke``."""
+    """Every generated block by its marker name: the tables from ``results`` (the runs of this commit's code in
+    the Results blocks, older code's in the ``history-*`` ones), and ``smoke-*`` from ``smoke``."""
     out: dict[str, list[str]] = {"code-versions": render_code_versions(results), "full-run": render_full_run(results)}
     for t in TABLES:
-        out[t.name] = render(t, results)
+        out[t.name] = render_current(t, results)
         if t.scenario:
+            out[f"history-{t.name}"] = render_history(t, results)
             out[f"smoke-{t.name}"] = render(t, smoke)
     return out
 

@@ -333,3 +333,29 @@ def test_a_table_never_mixes_runs_of_the_named_code_with_older_code(tmp_path):
     newer, oldest = alone.split("**At older code (0ld0000000), as measured then**")
     assert "**At older code (aaaaaaaaaa), as measured then**" in newer and "0.25x" in newer
     assert "0.25x" not in oldest and "_6 runs in 1 session(s)" in oldest
+
+
+def test_results_show_the_named_code_alone_and_history_keeps_every_older_version_apart(tmp_path):
+    sessions = {name: _session(name, git={"commit": "b" * 10, "code": code, "dirty": False})
+                for name, code in (("oldest", "1111111111"), ("older", "2222222222"), ("now", "aaaaaaaaaa"))}
+    lines = list(sessions.values())
+    for pair in range(3):
+        lines += [_peer("mpcommit", pair, 30, 3, session="oldest"), _peer("magic-tuned", pair, 60, 6, session="oldest"),
+                  _peer("mpcommit", pair, 10, 3, session="older"), _peer("magic-tuned", pair, 40, 4, session="older"),
+                  _peer("mpcommit", pair, 20, 2, session="now"), _peer("magic-tuned", pair, 40, 8, session="now")]
+    _write(tmp_path / "peers.jsonl", lines)
+    peers = next(t for t in report_tables.TABLES if t.name == "peers")
+    current = "\n".join(report_tables.render_current(peers, tmp_path, head="aaaaaaaaaa"))
+    assert "**0.50x**" in current and "0.25x" in current and "_6 runs in 1 session(s)" in current
+    assert "1111111111" not in current and "2222222222" not in current and "**0.75x**" not in current
+    history = "\n".join(report_tables.render_history(peers, tmp_path, head="aaaaaaaaaa"))
+    assert "aaaaaaaaaa" not in history, "the named code's runs are not history"
+    newer, oldest = history.split("**At code 1111111111, as measured then**")
+    assert "**At code 2222222222, as measured then**" in newer and "0.25x" in newer, "10 / 40 s end to end"
+    assert "**0.50x**" in oldest and "0.25x" not in oldest
+    # A product change since: the newest older version stands in Results, labelled; the rest stay in History.
+    stand_in = "\n".join(report_tables.render_current(peers, tmp_path, head="cccccccccc"))
+    assert stand_in.startswith("**At older code (aaaaaaaaaa), as measured then**") and "2222222222" not in stand_in
+    rest = "\n".join(report_tables.render_history(peers, tmp_path, head="cccccccccc"))
+    assert "At code aaaaaaaaaa" not in rest and "At code 2222222222" in rest and "At code 1111111111" in rest
+    assert report_tables.render_history(peers, tmp_path / "none", head="aaaaaaaaaa") == ["_No runs at older code._"]
