@@ -15,6 +15,11 @@ class UsageError(MpcommitError, ValueError):
     """An argument or option that cannot work (bad URI, unknown mode, malformed size)."""
 
 
+class ConditionalWritesMissingError(UsageError):
+    """The store does not honour conditional writes (If-None-Match / If-Match), and the user did not state that
+    each table has one job at a time (``S3Options(single_writer=True)``): nothing can be ordered, nothing ran."""
+
+
 class InvalidUriError(UsageError):
     """A destination that is not an s3://, s3a:// or s3n:// URI with a bucket."""
 
@@ -189,6 +194,20 @@ class CommitStateUnknownError(MpcommitError):
         super().__init__(message)
         self.job_id = job_id
         self.destination = destination
+
+
+class JobTakenOverError(CommitStateUnknownError):
+    """This process no longer holds the job it was finishing: while it was paused or cut off from the store,
+    another process (``recover``, a later job taking it over) took the job over and is finishing it. This process
+    stopped before its next completion or deletion; the other one decides the outcome."""
+
+    def __init__(self, message: str, *, job_id: str, destination: str, holder: str = ""):
+        super().__init__(message, job_id=job_id, destination=destination)
+        self.holder = holder
+
+    def __reduce__(self):
+        return (_rebuild, (type(self), str(self), {"job_id": self.job_id, "destination": self.destination,
+                                                   "holder": self.holder}))
 
 
 # ---------------------------------------------------------------- operations

@@ -74,6 +74,10 @@ class S3Options:
     #: bucket (mpcommit.store.conditional); True or False states it, e.g. for a store that forbids the probe's
     #: hidden writes. Without them, concurrent destructive jobs on one table are refused, never raced.
     conditional_writes: bool | None = None
+    #: States that each table in this store has one job at a time: no concurrent writes, and no `jobs abort` or
+    #: `recover` beside a running job. Needed only on a store that does not honour conditional writes, where
+    #: mpcommit cannot order concurrent processes and otherwise refuses to run (mpcommit.store.conditional).
+    single_writer: bool = False
     #: How the job commit's completes are sent: :class:`CompleteTransport` (or its value, "auto", "crt", "boto3").
     complete_transport: CompleteTransport = CompleteTransport.AUTO
     #: The most completes a commit keeps in flight on the CRT transport (each on a connection of its own): the

@@ -15,7 +15,7 @@ from ..errors import JobStateError
 from ..modes import JobState
 from ..operations.uploads import DEFAULT_THREADS, UploadScope, list_uploads
 from ..protocol.commit import JobCommitter
-from ..protocol.inventory import JobStatus, list_jobs, locate_job
+from ..protocol.inventory import JobStatus, list_table_jobs, locate_job
 from ..protocol.recovery import RecoveryAction, RecoveryOutcome, recover
 from .common import (
     DURATION,
@@ -60,7 +60,7 @@ def list_command(ctx: click.Context, uri: str, as_json: bool) -> None:
     store = cli_context(ctx).store()
     with ProgressBars() as progress:
         with progress.status(f"Reading jobs under {dest.uri}"):
-            statuses = list_jobs(store, dest)
+            statuses = list_table_jobs(store, dest)
         if any(s.pending_uploads for s in statuses):
             # Bytes held, measured in parallel (one ListParts per upload); counted from the same listing.
             held: dict[str, list[int]] = {}

@@ -53,6 +53,8 @@ def cli_wording(message: str) -> str:
 
 #: The group's own options, which may also come after the command (``mpcommit uploads list URI --region R``).
 GLOBAL_OPTIONS = ("--endpoint-url", "--region", "--profile")
+#: The group's own flags (no value), which may come after the command too.
+GLOBAL_FLAGS = ("--single-writer",)
 
 
 def hoist_global_options(args: Sequence[str]) -> list[str]:
@@ -67,6 +69,10 @@ def hoist_global_options(args: Sequence[str]) -> list[str]:
             rest.extend(args[i:])
             break
         name = arg.split("=", 1)[0]
+        if arg in GLOBAL_FLAGS:
+            front.append(arg)
+            i += 1
+            continue
         if name in GLOBAL_OPTIONS:
             if "=" in arg:
                 front.append(arg)
@@ -124,9 +130,13 @@ def _module_exists(name: str) -> bool:
               "AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, else AWS.")
 @click.option("--region", metavar="R", help="Region. Default: boto3's (AWS_REGION, AWS_DEFAULT_REGION, profile).")
 @click.option("--profile", metavar="P", help="Named profile from ~/.aws/config. Default: AWS_PROFILE or 'default'.")
+@click.option("--single-writer", is_flag=True, help="State that each table has one job at a time (no concurrent "
+              "writes, aborts or recoveries): needed only on a store without conditional writes, which mpcommit "
+              "otherwise refuses to act on (`mpcommit doctor` tells).")
 @click.version_option(package_name="mpcommit", prog_name="mpcommit")
 @click.pass_context
-def cli(ctx: click.Context, endpoint_url: str | None, region: str | None, profile: str | None) -> None:
+def cli(ctx: click.Context, endpoint_url: str | None, region: str | None, profile: str | None,
+        single_writer: bool) -> None:
     """Commit many files written in parallel to S3 without renames; list, price and clean up what jobs leave.
 
     Pending multipart uploads are invisible in listings yet billed until aborted: `uploads list` finds them,
@@ -136,7 +146,8 @@ def cli(ctx: click.Context, endpoint_url: str | None, region: str | None, profil
     """
     if endpoint_url is not None and not _ENDPOINT_RE.match(endpoint_url):
         raise click.BadParameter(f"{endpoint_url!r} is not an http:// or https:// URL", param_hint="'--endpoint-url'")
-    ctx.obj = CliContext(S3Options(endpoint_url=endpoint_url, region=region, profile=profile))
+    ctx.obj = CliContext(S3Options(endpoint_url=endpoint_url, region=region, profile=profile,
+                                   single_writer=single_writer))
 
 
 cli.add_command(uploads)

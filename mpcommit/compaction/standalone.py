@@ -38,7 +38,8 @@ from ..protocol.layout import (
     parse_uri,
     table_of,
 )
-from ..protocol.order import NestedTables, TableOrder
+from ..protocol.nesting import NestedTables
+from ..protocol.order import TableOrder
 from ..protocol.task import record_manifest
 from ..protocol.records.job import DeleteEntry
 from ..protocol.records.manifest import PendingUpload, TaskResult
@@ -194,6 +195,10 @@ def list_candidates(store: S3Store, destination: Destination, fmt: Format | None
             f"{destination.uri} holds another table, {other}, with a job in flight there ({why}): a compaction here "
             f"could merge that job's files while it commits. Compact that table by its own URI (mpcommit compact "
             f"{other}), or wait for its job to end. Nothing was changed.")
+    if nested.roots:
+        # An idle table nested here is its own table too: its files are merged only by a compaction of its own
+        # URI, whose order sees that table's jobs (protocol/nesting.py).
+        candidates = [c for c in candidates if not nested.covers(c.key)]
     return Listing(candidates, kinds, listed, ignored, under, with_records)
 
 

@@ -30,8 +30,9 @@ from ..errors import ManifestError, NoSuchKeyError, OperationCancelledError
 from ..modes import JobState
 from ..units import epoch_ms
 from ..pool import ProgressHook, run_bounded
+from ..options import OrderSettings
 from ..store.s3 import ObjectInfo, S3Store, UploadInfo
-from .layout import Destination, JobPaths, job_id_of_hidden_key, job_id_of_key, owner_of_key
+from .layout import Destination, JobPaths, job_id_of_hidden_key, job_id_of_key, owner_of_key, table_of
 from .records.job import JobDescriptor, JobRollback, read_claim
 from .records.success import SuccessData
 
@@ -166,6 +167,40 @@ def list_jobs(store: S3Store, destination: Destination, *, with_bytes: bool = Fa
             status = replace(status, pending_bytes=held)
         out.append(status)
     return out
+
+
+def list_table_jobs(store: S3Store, destination: Destination, *, order: OrderSettings | None = None,
+                    with_bytes: bool = False) -> list[JobStatus]:
+    """The jobs of a destination (:func:`list_jobs`), then those of the partition destinations inside it (a job
+    given ``s3://b/t/dt=1`` keeps its records under that URI): the ones holding an open place in the table's
+    commit order (interrupted in their commit), and the ones whose pending uploads lie under this destination
+    (still writing). What ``jobs list`` shows is what ``jobs recover`` acts on."""
+    from .order import TableOrder
+
+    found = list_jobs(store, destination, with_bytes=with_bytes)
+    seen = {s.job_id for s in found}
+    table = table_of(destination)
+    inside = table.path_of(destination)
+    elsewhere: dict[Destination, set[str]] = defaultdict(set)
+    view_order = TableOrder(store, table, order)
+    for entry in view_order.entries(view_order.view().open):
+        if entry.job_id in seen or entry.destination == inside:
+            continue
+        if not inside or entry.destination.startswith(f"{inside}/"):
+            elsewhere[table.destination(entry.destination)].add(entry.job_id)
+    for other, job_ids in sorted(elsewhere.items()):
+        for status in list_jobs(store, other, with_bytes=with_bytes):
+            if status.job_id in job_ids and status.job_id not in seen:
+                found.append(status)
+                seen.add(status.job_id)
+    strays = [u for u in store.list_multipart_uploads(destination.bucket, destination.root)
+              if (owner_of_key(u.key).job_id or "") not in seen | {""}]
+    if strays:  # still writing, under a partition's own URI: found from its uploads' keys upwards
+        for job_id, status in sorted(find_owning_jobs(store, destination.bucket, strays, threads=8).items()):
+            if job_id not in seen and destination.contains(status.destination.root):
+                found.append(status)
+                seen.add(job_id)
+    return found
 
 
 # ---------------------------------------------------------------- the jobs owning some uploads

@@ -22,17 +22,29 @@ from ..errors import (
     JobStateError,
     ManifestError,
     NoSuchKeyError,
-    PreconditionFailedError,
     UsageError,
 )
 from ..modes import PartitionOverwrite, WriteMode
 from ..options import OrderSettings, S3Options, WriterSettings
 from ..pool import ProgressHook
+from ..store.conditional import Records, Taken
 from ..store.s3 import S3Store, store_for
 from .commit import DEFAULT_COMMIT_THREADS, AbortReport, CommitReport, JobCommitter
 from .commit.committed import HandedOverResults
 from .heartbeat import Heartbeat
-from .layout import HIDDEN_ROOT, ORDER_ROOT, Destination, JobPaths, check_job_id, new_job_id, owner_of_key, parse_uri
+from .layout import (
+    HIDDEN_ROOT,
+    ORDER_ROOT,
+    Destination,
+    JobPaths,
+    check_job_id,
+    new_job_id,
+    normalize_partition,
+    owner_of_key,
+    parse_uri,
+    table_of,
+)
+from .nesting import refuse_inside_another_table
 from .order import OrderSnapshot
 from .records.job import DeleteEntry, JobDescriptor, MergedFile
 from .records.manifest import TaskResult
@@ -124,7 +136,9 @@ class Job:
         check_bucket_root_overwrite(destination, write_mode, overwrite, allowed=overwrite_bucket_root)
         options = s3 or S3Options()
         store = store or store_for(options)
+        check_partition_folders(destination)
         store.head_bucket(destination.bucket)
+        refuse_inside_another_table(store, destination)
         ignored = False
         if write_mode in (WriteMode.ERROR, WriteMode.IGNORE) and destination_has_data(store, destination):
             if write_mode is WriteMode.ERROR:
@@ -143,14 +157,12 @@ class Job:
             partition_overwrite=overwrite, created_ms=int(time.time() * 1000), hostname=socket.gethostname(),
             purpose=purpose,
         )
-        # Written first, so that cleanup tools can tell a live job's uploads from orphans.
-        try:
-            store.put_object(destination.bucket, spec.paths.descriptor, descriptor.to_bytes(), if_none_match=True)
-        except PreconditionFailedError:
-            # A retry whose first attempt was applied but its answer lost finds our own descriptor: fine.
-            # Anything else is a job id already in use.
-            if store.get_object(destination.bucket, spec.paths.descriptor) != descriptor.to_bytes():
-                raise
+        # Written first, so that cleanup tools can tell a live job's uploads from orphans. Through the one seam of
+        # conditional writes: a store that cannot order jobs is refused here, before anything is uploaded.
+        if isinstance(Records.of(store, destination.bucket, table_of(destination).root).create(
+                spec.paths.descriptor, descriptor.to_bytes()), Taken):
+            raise UsageError(f"job id {job_id} is already in use at {destination.uri} (its descriptor exists); "
+                             "leave job_id out for a new random id. Nothing was written.")
         return cls(spec, descriptor, store=store, commit_threads=commit_threads, progress=progress,
                    overwrite_bucket_root=overwrite_bucket_root, commit_processes=commit_processes, order=order,
                    heartbeat=not ignored)
@@ -258,6 +270,22 @@ def check_bucket_root_overwrite(destination: Destination, mode: WriteMode, parti
         f"Write to a prefix such as s3://{destination.bucket}/table, or pass overwrite_bucket_root=True if the "
         "whole bucket is meant to hold only this data. Nothing was written."
     )
+
+
+def check_partition_folders(destination: Destination) -> None:
+    """Refuse a destination whose trailing ``col=value`` folders are not spelled as Spark's writer spells them
+    (``dt=a=b`` for ``dt=a%3Db``): a job of the table writing that partition by its values would write another
+    folder, and the two would not be ordered against each other."""
+    table = table_of(destination)
+    inside = table.path_of(destination)
+    if not inside:
+        return
+    canonical = normalize_partition(inside)
+    if canonical != inside:
+        raise UsageError(
+            f"{destination.uri}: the partition folder {inside!r} is not spelled as Spark's writer spells it "
+            f"({canonical!r}, Hive's escaping), so a write of the same partition by its values would land in another "
+            f"folder. Write to {table.destination(canonical).uri}. Nothing was written.")
 
 
 def destination_has_data(store: S3Store, destination: Destination) -> bool:

@@ -215,23 +215,6 @@ def _is_partition_folder(segment: str) -> bool:
     return bool(sep and name)
 
 
-def nested_table_of(table: Table, key: str) -> str | None:
-    """The URI of another table whose records ``key`` is (a commit order or job records in a folder below
-    ``table`` that is not one of its partitions), else None."""
-    rel = key[len(table.root):] if key.startswith(table.root) else key
-    segments = rel.split("/")
-    for i, segment in enumerate(segments[:-1]):
-        ours = segment == "_mpcommit" or (segment == "_temporary" and segments[i + 1] == "mpcommit")
-        if ours and i > 0:
-            folder = Destination(table.bucket, "/".join(p for p in (table.prefix, *segments[:i]) if p))
-            if table_of(folder) != table:
-                return folder.uri
-            return None
-        if is_hidden_name(segment):
-            return None
-    return None
-
-
 def paths_overlap(a: str, b: str) -> bool:
     """Whether two paths inside a table ("" for all of it) share any key: one equals or contains the other."""
     return not a or not b or a == b or b.startswith(f"{a}/") or a.startswith(f"{b}/")
@@ -352,24 +335,38 @@ def partition_path(columns: Sequence[str], values: Sequence[object]) -> str:
 
 
 def normalize_partition(partition: str | Mapping[str, object] | Iterable[tuple[str, object]] | None) -> str:
-    """Accept a ready path (``"dt=2024-01-01"``), a mapping or pairs of (column, value); return a clean path."""
+    """Accept a ready path (``"dt=2024-01-01"``), a mapping or pairs of (column, value); return the path as
+    Spark's writer spells it. A path is read as ``col=value`` folders and written again with Hive's escaping, so
+    that one partition has one spelling however it was given (``dt=a=b``, ``dt=a%3db`` and ``{"dt": "a=b"}`` are
+    all ``dt=a%3Db``): an append and an overwrite meaning one partition then write one folder, and their places
+    in the table's order overlap. A folder that is not ``col=value`` is refused by name: below a table it would
+    be a table of its own, with an order of its own."""
     if partition is None or partition == "":
         return ""
     if isinstance(partition, str):
         path = partition.strip("/")
         if not _clean_relative(path):
             raise UsageError(f"partition {partition!r} has an empty, '.' or '..' segment")
-        if any(is_hidden_name(seg) for seg in path.split("/")):
-            raise UsageError(f"partition {partition!r} has a segment starting with '_' or '.', which readers skip")
-        if any(ord(ch) < 0x20 or ch == "\x7f" for ch in path):
-            # Keys with control characters break S3's XML listings of pending uploads (and with them the commit).
-            raise UsageError(f"partition {partition!r} has a control character; pass {{column: value}} to have it escaped")
-        return path
-    pairs = list(partition.items()) if isinstance(partition, Mapping) else list(partition)
+        pairs = []
+        for segment in path.split("/"):
+            name, sep, value = segment.partition("=")
+            if not sep or not name:
+                raise UsageError(
+                    f"partition {partition!r}: {segment!r} is not a col=value folder. A partition path is made of "
+                    "col=value folders (dt=2024-01-01/country=DE), as Spark's writer makes them; pass "
+                    "{column: value} to have values with '/' or '=' escaped. Nothing was written.")
+            pairs.append((unquote(name), unescape_partition_value(value)))
+    else:
+        pairs = list(partition.items()) if isinstance(partition, Mapping) else list(partition)
     path = partition_path([c for c, _ in pairs], [v for _, v in pairs])
     if any(is_hidden_name(seg) for seg in path.split("/")):
         raise UsageError(f"partition {path!r}: a column name starting with '_' or '.' makes a folder readers skip")
     return path
+
+
+def canonical_partition_folder(segment: str) -> str:
+    """A ``col=value`` folder as Spark's writer spells it (:func:`normalize_partition` of one folder)."""
+    return normalize_partition(segment)
 
 
 def parse_partition_path(path: str) -> dict[str, str | None]:

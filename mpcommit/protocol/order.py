@@ -22,18 +22,29 @@ back itself, as ``mpcommit jobs recover`` would: nothing waits for ever. Old end
 then, so the order stays a few hundred records long whatever the table's age. The order lives under a hidden
 folder: readers of the table (Spark, pyarrow, Athena, Hive) never see it.
 
-On a store that does not honour conditional writes (:mod:`mpcommit.store.conditional`), places can be taken
-twice, so a destructive job refuses to run beside any other job on the table
-(:class:`~mpcommit.errors.ConcurrentJobsRefusedError`) instead of racing it.
+Collecting old places never makes the order forget what a decision needs: before it deletes any place, the
+collection writes a checkpoint (``collected-<n>``, :class:`~.records.order.OrderCheckpoint`) saying that every
+place up to n has ended, and keeping the newest committed version of each application. A place whose records
+are gone is therefore never taken for open, and a judgement of "the jobs after me" is made only while the
+judge's own place is open: the collection deletes nothing above an open place, and a listing that shows the
+place open reads the checkpoints after the places (their names sort last), so it would see any collection that
+had begun (:meth:`TableOrder.jobs_after`). A dead place never stops the collection for ever: a job that tidies
+the order takes over a place whose heartbeat has been silent for a lease (:meth:`TableOrder.collect_garbage`).
+
+On a store that does not honour conditional writes (:mod:`mpcommit.store.conditional`), nothing runs unless the
+user stated that each table has one job at a time; even then a destructive job refuses to run beside any other
+job it can see on the table (:class:`~mpcommit.errors.ConcurrentJobsRefusedError`).
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import socket
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from ..errors import (
     CommitFailedError,
@@ -44,41 +55,83 @@ from ..errors import (
 )
 from ..options import OrderSettings
 from ..pool import ProgressHook
-from ..store.conditional import ConditionalWrites
+from ..store.conditional import Held, Records
 from ..store.s3 import S3Store
+from . import faults
 from .heartbeat import Pulse
-from .layout import JobPaths, Table, nested_table_of
+from .layout import JobPaths, Table
 from .records.order import (
+    MAX_POSITION,
+    OrderCheckpoint,
     OrderEntry,
     OrderOutcome,
     Outcome,
+    Txn,
+    TxnRecord,
+    checkpoint_name,
     entry_name,
+    parse_checkpoint_name,
     parse_order_name,
 )
+
+log = logging.getLogger(__name__)
+
+#: Tables whose stray order keys this process has warned about already (once each is enough for a log).
+_WARNED: set[tuple[str, str]] = set()
 
 
 @dataclass(frozen=True)
 class OrderView:
-    """The order as one listing showed it: the places taken, and which of them have ended."""
+    """The order as one listing showed it: the places taken, which of them have ended, and up to which place
+    everything has ended and may have been collected (``through``, 0 when nothing was)."""
 
     positions: tuple[int, ...]
     ended: frozenset[int]
+    through: int = 0
+    #: Checkpoints listed, oldest first (the newest is ``through``).
+    checkpoints: tuple[int, ...] = ()
+    #: Keys under the order's folder that are no record of mpcommit's: reported, never read as places.
+    strays: tuple[str, ...] = field(default=())
+    #: Places (entries or ends) a checkpoint covers that are still there: an interrupted collection's, or an
+    #: end written back by a process that had lost its job. Ended whatever they say; the next collection deletes them.
+    leftovers: tuple[int, ...] = ()
 
     @property
     def highest(self) -> int:
-        return self.positions[-1] if self.positions else 0
+        return max(self.positions[-1] if self.positions else 0, self.through)
 
     @property
     def lowest(self) -> int:
         return self.positions[0] if self.positions else 0
 
+    def is_open(self, position: int) -> bool:
+        """Whether the place is taken and its job has not ended (a collected place has ended)."""
+        return position > self.through and position in self._taken and position not in self.ended
+
+    @property
+    def _taken(self) -> frozenset[int]:
+        return frozenset(self.positions)
+
     def open_before(self, position: int) -> list[int]:
         """Places before ``position`` whose jobs have not ended."""
-        return [p for p in self.positions if p < position and p not in self.ended]
+        return [p for p in self.open if p < position]
 
     @property
     def open(self) -> list[int]:
-        return [p for p in self.positions if p not in self.ended]
+        return [p for p in self.positions if p > self.through and p not in self.ended]
+
+
+@dataclass(frozen=True)
+class Collected:
+    """A place that ended long ago: the order's collection deleted its records, and its checkpoint (up to
+    ``through``) says it ended -- not how. A job whose journal was written can only have committed."""
+
+    through: int
+
+
+class PlaceEndedError(MpcommitError):
+    """A job's own place in the order has ended (another process finished the job): whatever this process read
+    of the order for it must not be acted upon."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +150,10 @@ class TableOrder:
         self.table = table
         self.settings = settings or OrderSettings()
         self._entries: dict[int, OrderEntry] = {}
+        self._checkpoints: dict[int, OrderCheckpoint] = {}
+
+    def _records(self) -> Records:
+        return Records.of(self.store, self.table.bucket, self.table.root)
 
     # ------------------------------------------------------------ keys
     def entry_key(self, position: int) -> str:
@@ -105,17 +162,90 @@ class TableOrder:
     def outcome_key(self, position: int) -> str:
         return f"{self.entry_key(position)}.done"
 
+    def checkpoint_key(self, through: int) -> str:
+        return f"{self.table.order_root}{checkpoint_name(through)}"
+
     # ------------------------------------------------------------ reading
     def view(self) -> OrderView:
-        positions, ended = set(), set()
+        """One listing of the order. Its keys come in name order -- places and their ends first, checkpoints
+        last -- and each page is read after the one before: a place found open here had not been collected by
+        any collection that began before the places after it were read (it writes its checkpoint first)."""
+        positions, ended, checkpoints, strays = set(), set(), set(), []
         root = self.table.order_root
         for obj in self.store.list_objects(self.table.bucket, root):
-            parsed = parse_order_name(obj.key[len(root):])
-            if parsed is None:
+            name = obj.key[len(root):]
+            parsed = parse_order_name(name)
+            if parsed is not None:
+                position, done = parsed
+                (ended if done else positions).add(position)
                 continue
-            position, done = parsed
-            (ended if done else positions).add(position)
-        return OrderView(tuple(sorted(positions)), frozenset(ended & positions))
+            through = parse_checkpoint_name(name)
+            if through is not None:
+                checkpoints.add(through)
+            else:
+                strays.append(obj.key)
+        if strays:
+            self._warn_strays(strays)
+        cps = tuple(sorted(checkpoints))
+        through = cps[-1] if cps else 0
+        return OrderView(tuple(sorted(positions)), frozenset(ended & positions), through, cps, tuple(strays),
+                         tuple(sorted(p for p in positions | ended if p <= through)))
+
+    def _warn_strays(self, strays: list[str]) -> None:
+        if (self.table.bucket, self.table.prefix) in _WARNED:
+            return
+        _WARNED.add((self.table.bucket, self.table.prefix))
+        shown = " ".join(f"s3://{self.table.bucket}/{key}" for key in strays[:5])
+        more = f" and {len(strays) - 5} more" if len(strays) > 5 else ""
+        log.warning("%s: %d key(s) under its commit order are no record of mpcommit's (a position that is not 20 "
+                    "ASCII digits up to %d, or another name) and are ignored: %s%s. Remove them, e.g. with "
+                    "`aws s3 rm`; `mpcommit jobs recover` and `mpcommit doctor` name them", self.table.uri,
+                    len(strays), MAX_POSITION, shown, more)
+
+    def checkpoint(self, view: OrderView | None = None) -> OrderCheckpoint | None:
+        """The newest checkpoint of the order (None when nothing was ever collected), validated (I7)."""
+        view = view or self.view()
+        for through in reversed(view.checkpoints):
+            cached = self._checkpoints.get(through)
+            if cached is not None:
+                return cached
+            key = self.checkpoint_key(through)
+            try:
+                data = self.store.get_object(self.table.bucket, key)
+            except NoSuchKeyError:
+                continue  # replaced by a newer one meanwhile, which this listing saw
+            found = OrderCheckpoint.from_bytes(data, where=f"s3://{self.table.bucket}/{key}", table=self.table,
+                                               through=through)
+            self._checkpoints[through] = found
+            return found
+        return None
+
+    def ended(self, position: int) -> OrderOutcome | Collected | None:
+        """How the job at ``position`` ended: its end record, :class:`Collected` when the order's collection
+        deleted that record (a checkpoint covers the place), None while its place is open."""
+        found = self.outcome(position)
+        if found is not None:
+            return found
+        through = self.view().through
+        return Collected(through) if position <= through else None
+
+    def committed_version(self, app_id: str) -> TxnRecord | None:
+        """The newest committed version of application ``app_id`` on this table: from the ends still in the
+        order, or from its checkpoint."""
+        view = self.view()
+        best: TxnRecord | None = None
+        for p in sorted(view.ended, reverse=True):
+            if p <= view.through:
+                break
+            outcome = self.outcome(p)
+            if outcome is not None and outcome.outcome is Outcome.COMMITTED and outcome.txn is not None \
+                    and outcome.txn.app_id == app_id and (best is None or outcome.txn.version > best.version):
+                best = TxnRecord(outcome.txn.version, p, outcome.job_id)
+        checkpoint = self.checkpoint(view)
+        kept = checkpoint.txns.get(app_id) if checkpoint is not None else None
+        if kept is not None and (best is None or kept.version > best.version):
+            best = kept
+        return best
 
     def snapshot(self) -> OrderSnapshot:
         view = self.view()
@@ -162,50 +292,52 @@ class TableOrder:
         return None
 
     def jobs_after(self, position: int) -> set[str]:
-        """Every job that took a place after ``position`` (read after the listing it is used to judge)."""
+        """Every job that took a place after ``position`` (read after the listing it is used to judge). Valid only
+        while that place is open, which this listing itself shows: PlaceEndedError when it has ended or been
+        collected -- another process finished its job, and the places after it may be gone."""
         view = self.view()
+        if not view.is_open(position):
+            raise PlaceEndedError(f"place {position} of the commit order of {self.table.uri} has ended: another "
+                                  "process finished its job")
         return {e.job_id for e in self.entries(p for p in view.positions if p > position)}
 
     # ------------------------------------------------------------ writing
-    def take(self, proto: OrderEntry, conditional: ConditionalWrites) -> OrderEntry:
+    def take(self, proto: OrderEntry) -> OrderEntry:
         """Take the next free place for ``proto`` (its position is ignored). Of two jobs trying one place the
         store lets one create it; the other tries the next."""
-        position = self.view().highest + 1
+        records = self._records()
+        view = self.view()
+        position = view.highest + 1
         while True:
+            if position > MAX_POSITION:
+                raise CommitFailedError(
+                    f"the commit order of {self.table.uri} has a place at position {view.highest}, past the highest "
+                    f"mpcommit takes ({MAX_POSITION}); such a key was not written by mpcommit. Remove "
+                    f"s3://{self.table.bucket}/{self.entry_key(view.highest)} and run the job again.")
             entry = replace(proto, position=position)
-            data = entry.to_bytes()
-            key = self.entry_key(position)
-            try:
-                self.store.put_object(self.table.bucket, key, data, if_none_match=True)
-            except PreconditionFailedError:
-                if self._read_raw(key) == data:
-                    break  # our own write, whose answer was lost and retried
-                position += 1
-                continue
-            if not conditional.create_only and self._read_raw(key) != data:
-                position += 1  # the store ignored the condition and another job wrote over ours: try the next
-                continue
-            break
+            if isinstance(records.create(self.entry_key(position), entry.to_bytes()), Held):
+                break
+            position += 1
         self._entries[position] = entry
         return entry
 
-    def end(self, entry: OrderEntry, outcome: Outcome, *, reason: str = "") -> tuple[OrderOutcome, bool]:
+    def end(self, entry: OrderEntry, outcome: Outcome, *, reason: str = "", txn: Txn | None = None,
+            by: str = "") -> tuple[OrderOutcome, bool]:
         """Record how the job at ``entry`` ended. Returns the outcome that holds, and whether it is this call's:
-        when another process ended the job first, its record stays and this one is not written."""
+        when another process ended the job first, its record stays and this one is not written. (A process that
+        lost its job never gets here: its fence stops it first. Were an end written back after the place was
+        collected, the checkpoint still says the place ended, and the next collection deletes it.)"""
         record = OrderOutcome(entry.position, entry.job_id, entry.bucket, entry.table, outcome,
-                              int(time.time() * 1000), socket.gethostname(), reason, writer=uuid.uuid4().hex)
+                              int(time.time() * 1000), socket.gethostname(), reason, writer=uuid.uuid4().hex,
+                              by=by or f"pid {os.getpid()}", txn=txn)
         key = self.outcome_key(entry.position)
-        data = record.to_bytes()
-        try:
-            self.store.put_object(self.table.bucket, key, data, if_none_match=True)
-        except PreconditionFailedError:
-            if self._read_raw(key) == data:
-                return record, True  # our own write, whose answer was lost and retried
-            found = self.outcome(entry.position)
-            if found is not None:
-                return found, False
-            raise
-        return record, True
+        if isinstance(self._records().create(key, record.to_bytes()), Held):
+            return record, True
+        found = self.outcome(entry.position)
+        if found is not None:
+            return found, False
+        raise PreconditionFailedError(f"the end of place {entry.position} of {self.table.uri} could not be read back",
+                                      operation="put_object", bucket=self.table.bucket, key=key)
 
     def _read_raw(self, key: str) -> bytes | None:
         try:
@@ -264,9 +396,10 @@ class TableOrder:
             return e
         return None
 
-    def refuse_beside_others(self, me: OrderEntry, conditional: ConditionalWrites) -> None:
-        """On a store without conditional writes, a destructive job runs only when no other job of the table is
-        between its place and its end: it cannot be ordered against them."""
+    def refuse_beside_others(self, me: OrderEntry) -> None:
+        """On a store without conditional writes (used only as one writer per table, as the user stated), a
+        destructive job still runs only when no other job of the table is between its place and its end."""
+        conditional = self._records().writes
         if conditional.create_only or not me.destructive:
             return
         view = self.view()
@@ -281,64 +414,83 @@ class TableOrder:
                 "that honours If-None-Match.")
 
     # ------------------------------------------------------------ keeping it short
-    def collect_garbage(self) -> int:
+    def collect_garbage(self, *, take_over: Callable[[OrderEntry], None] | None = None) -> int:
         """Delete ended places below the oldest open one, keeping the newest ``keep_resolved`` of them (a
-        compaction that listed its sources a while ago still finds what came after it). Returns keys deleted."""
+        compaction that listed its sources a while ago still finds what came after it). A checkpoint saying
+        that every place up to the newest deleted one has ended is written first, and keeps the newest
+        committed version of each application. ``take_over`` is given the open places that hold the collection
+        back and whose jobs showed no sign of life for a lease, by the store's own clock (a job killed after
+        taking its place, which nothing would otherwise finish). Returns the keys deleted."""
         view = self.view()
+        if take_over is not None and self._take_over_dead(view, take_over):
+            view = self.view()
         open_places = view.open
         limit = open_places[0] if open_places else view.highest + 1
-        ended = [p for p in view.positions if p < limit and p in view.ended]
+        ended = [p for p in view.positions if view.through < p < limit and p in view.ended]
         doomed = ended[: max(0, len(ended) - self.settings.keep_resolved)]
-        if not doomed:
+        stale = list(view.leftovers)
+        if not doomed and not stale and len(view.checkpoints) <= 1:
             return 0
-        # Entries first: an end without its entry is ignored, while an entry whose end was deleted would read as
-        # a job still open, and make later jobs wait for it.
+        faults.checkpoint("order.before_collect")
         try:
-            deleted = self.store.delete_objects(self.table.bucket, [self.entry_key(p) for p in doomed])
-            return deleted + self.store.delete_objects(self.table.bucket, [self.outcome_key(p) for p in doomed])
-        except MpcommitError:
-            return 0  # tidying only; the next job tries again
+            through = view.through
+            if doomed:
+                through = doomed[-1]
+                self._write_checkpoint(view, doomed)
+            # Entries first: an end without its entry is ignored, while an entry whose end was deleted would read
+            # as a job still open -- were it not for the checkpoint, which covers both.
+            keys = [self.entry_key(p) for p in [*stale, *doomed]]
+            keys += [self.outcome_key(p) for p in [*stale, *doomed]]
+            keys += [self.checkpoint_key(c) for c in view.checkpoints if c < through]
+            deleted = self.store.delete_objects(self.table.bucket, keys)
+        except MpcommitError as exc:
+            log.debug("%s: the order was not tidied (%s); the next job tries again", self.table.uri, exc)
+            return 0  # tidying only
         finally:
             for p in doomed:
                 self._entries.pop(p, None)
+        return deleted
 
+    def _write_checkpoint(self, view: OrderView, doomed: list[int]) -> None:
+        previous = self.checkpoint(view)
+        txns = dict(previous.txns) if previous is not None else {}
+        for p in doomed:
+            outcome = self.outcome(p)
+            if outcome is None or outcome.outcome is not Outcome.COMMITTED or outcome.txn is None:
+                continue
+            kept = txns.get(outcome.txn.app_id)
+            if kept is None or outcome.txn.version > kept.version:
+                txns[outcome.txn.app_id] = TxnRecord(outcome.txn.version, p, outcome.job_id)
+        through = doomed[-1]
+        record = OrderCheckpoint(self.table.bucket, self.table.prefix, through, txns, int(time.time() * 1000))
+        # Two collections may write the same checkpoint at once: either body says the same of the order.
+        self._records().create(self.checkpoint_key(through), record.to_bytes())
+        self._checkpoints[through] = record
 
-class NestedTables:
-    """Other tables inside a scope, told from the keys of a listing of it: their commit orders and job records.
-    A nested table with a job in flight (an open place, or a job's records) cannot be overwritten or compacted
-    from outside, whose jobs its order does not see; an idle one is just files."""
+    def _take_over_dead(self, view: OrderView, take_over: Callable[[OrderEntry], None]) -> bool:
+        """Hand ``take_over`` the open places holding the collection back (more than ``keep_resolved`` ended
+        places after them) whose jobs were silent for a lease by the store's clock. Returns whether any was."""
+        holding = [p for p in view.open if sum(1 for q in view.ended if q > p) > self.settings.keep_resolved]
+        handed = False
+        for e in self.entries(holding[:3]):
+            if self._silent_for(e) >= self.settings.lease_seconds:
+                try:
+                    take_over(e)
+                    handed = True
+                except MpcommitError as exc:
+                    log.warning("%s: job %s at place %d is dead and could not be taken over (%s)", self.table.uri,
+                                e.job_id, e.position, exc)
+        return handed
 
-    def __init__(self, table: Table):
-        self.table = table
-        self._places: dict[str, set[int]] = {}
-        self._ended: dict[str, set[int]] = {}
-        self._jobs: dict[str, set[str]] = {}
-
-    def add(self, key: str) -> None:
-        other = nested_table_of(self.table, key)
-        if other is None:
-            return
-        rel = key[len(other_root(self.table, other)):]
-        if rel.startswith("_mpcommit/order/"):
-            parsed = parse_order_name(rel[len("_mpcommit/order/"):])
-            if parsed is not None:
-                (self._ended if parsed[1] else self._places).setdefault(other, set()).add(parsed[0])
-        elif rel.startswith("_temporary/mpcommit/"):
-            self._jobs.setdefault(other, set()).add(rel.split("/")[2] if rel.count("/") >= 2 else "")
-
-    def in_flight(self) -> dict[str, str]:
-        """{table URI: why} for every nested table with a job in flight."""
-        out: dict[str, str] = {}
-        for uri, places in self._places.items():
-            open_places = places - self._ended.get(uri, set())
-            if open_places:
-                out[uri] = f"place {min(open_places)} of its commit order is open"
-        for uri, jobs in self._jobs.items():
-            out.setdefault(uri, f"job {sorted(jobs)[0]} has records there")
-        return out
-
-
-def other_root(table: Table, uri: str) -> str:
-    """The key prefix ("a/b/") of the table at ``uri`` in ``table``'s bucket."""
-    prefix = uri.split("://", 1)[1].partition("/")[2]
-    return f"{prefix}/" if prefix else ""
+    def _silent_for(self, entry: OrderEntry) -> float:
+        """Seconds since the job at ``entry`` last showed life -- its heartbeat, else its place -- by the store's
+        clock (the clock that stamped both), never this host's."""
+        paths = JobPaths(self.table.destination(entry.destination), entry.job_id)
+        newest = None
+        for key in (paths.heartbeat, self.entry_key(entry.position)):
+            info = self.store.head_object(self.table.bucket, key)
+            if info is not None and info.last_modified is not None:
+                newest = max(newest or 0.0, info.last_modified.timestamp())
+        if newest is None:
+            return 0.0
+        return self.store.server_time(self.table.bucket) - newest

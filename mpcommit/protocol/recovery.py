@@ -17,9 +17,8 @@ from ..options import OrderSettings, S3Options
 from ..units import short_duration
 from ..store.s3 import S3Store, store_for
 from .commit import DEFAULT_COMMIT_THREADS, CommitReport, JobCommitter
-from .inventory import JobStatus, list_jobs
-from .layout import Destination, job_id_of_key, parse_uri, table_of
-from .order import TableOrder
+from .inventory import JobStatus, list_table_jobs
+from .layout import Destination, job_id_of_key, parse_uri
 from .records.job import CommitJournal, JobRollback
 
 
@@ -58,16 +57,15 @@ def recover(
 ) -> list[RecoveryAction]:
     """Finish every committing job (or only ``job_id``) from its journal; roll back uncommitted jobs that showed
     no sign of life (a record, its driver's heartbeat or a new upload) for ``older_than`` seconds, by the
-    store's clock, or the named job. A job active more recently is left alone: it may be live. Jobs whose
-    destination is a partition of this one's table and that hold an open place in its commit order are found
-    through the order. ``dry_run`` says what would be done and changes nothing. ``finish_commits=False`` leaves
+    store's clock, or the named job. A job active more recently is left alone: it may be live. The jobs of the
+    partition destinations inside this one are found too (:func:`~.inventory.list_table_jobs`). ``dry_run`` says what would be done and changes nothing. ``finish_commits=False`` leaves
     interrupted commits alone (reported as skipped: finishing one makes data visible, a decision some sites
     keep for a person), while still ending interrupted rollbacks and removing dead jobs' records."""
     dest = parse_uri(destination) if isinstance(destination, str) else destination
     store = store or store_for(s3 or S3Options())
     actions: list[RecoveryAction] = []
     now = store.server_time(dest.bucket)
-    for status in _jobs(store, dest, order):
+    for status in list_table_jobs(store, dest, order=order):
         if job_id is not None and status.job_id != job_id:
             continue
         committer = JobCommitter(store, status.destination, status.job_id, threads=threads, order=order)
@@ -84,27 +82,6 @@ def recover(
         if on_action:
             on_action(action)
     return actions
-
-
-def _jobs(store: S3Store, dest: Destination, order: OrderSettings | None) -> list[JobStatus]:
-    """The jobs with records under ``dest``, then those of other destinations inside it (partitions written
-    by their own URI) that hold an open place in the table's order."""
-    found = list_jobs(store, dest)
-    seen = {s.job_id for s in found}
-    table = table_of(dest)
-    inside = table.path_of(dest)
-    view_order = TableOrder(store, table, order)
-    for entry in view_order.entries(view_order.view().open):
-        if entry.job_id in seen or entry.destination == inside:
-            continue
-        if inside and not (entry.destination == inside or entry.destination.startswith(f"{inside}/")):
-            continue
-        other = table.destination(entry.destination)
-        for status in list_jobs(store, other):
-            if status.job_id == entry.job_id:
-                found.append(status)
-                seen.add(status.job_id)
-    return found
 
 
 def _recover_one(committer: JobCommitter, status: JobStatus, *, named: bool, older_than: float | None, now: float,

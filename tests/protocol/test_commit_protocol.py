@@ -401,8 +401,9 @@ def test_committing_n_files_costs_n_completes_and_a_bounded_number_of_other_call
     assert counts.pop("complete_multipart_upload") == n
     # The commit of old: journal + _SUCCESS puts, task listing, upload listing, cleanup listing and deletes.
     # The table's commit order adds a constant four: its listing, the place (a put), the descriptor's HEAD after
-    # the journal is claimed, the end of the place (a put), and _SUCCESS is read before it is replaced.
-    assert sum(counts.values()) <= 14, counts
+    # the journal is claimed, the end of the place (a put), and _SUCCESS is read before it is replaced. The
+    # finishing turn adds its put, and the fence one beat of the heartbeat with it (protocol/commit/fence.py).
+    assert sum(counts.values()) <= 15, counts
     assert counts.get("get_object", 0) <= 1  # _SUCCESS only: inline manifests are not re-read
 
 

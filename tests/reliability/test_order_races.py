@@ -99,7 +99,7 @@ def test_two_overwrites_taking_over_one_dead_job_both_commit(backend, monkeypatc
     arrived = {"z1": threading.Event(), "z2": threading.Event()}
     recover_job = JobCommitter.recover_job
 
-    def both_take_over(committer: JobCommitter, *, reason: str):  # noqa: ANN202
+    def both_take_over(committer: JobCommitter, *, reason: str, **kw):  # noqa: ANN202
         name = threading.current_thread().name
         if committer.job_id == y and name in arrived:
             arrived[name].set()
@@ -107,7 +107,7 @@ def test_two_overwrites_taking_over_one_dead_job_both_commit(backend, monkeypatc
                 assert arrived["z2"].wait(TIMEOUT), "Z2 never took Y over"
             else:  # Z2 acts once Z1 has listed Y's manifests and is about to read one
                 assert hold.reached.wait(TIMEOUT)
-        return recover_job(committer, reason=reason)
+        return recover_job(committer, reason=reason, **kw)
 
     monkeypatch.setattr(JobCommitter, "recover_job", both_take_over)
     z1 = Job.create(f"s3://{bucket}/t", mode="overwrite", s3=backend.options, order=QUICK)
@@ -165,6 +165,7 @@ def _two_finishers(backend, monkeypatch, clock) -> list:  # noqa: ANN001
     the first has completed every upload and waits after _SUCCESS: LocalStack does not make two completes of
     one upload atomic (why the turn exists), and side by side they failed this test now and then under load."""
     import mpcommit.protocol.order as order_module
+    from mpcommit.protocol.commit.fence import Hold
     from mpcommit.protocol.commit.turn import FinisherTurn
 
     bucket = backend.new_bucket("mpc-races")
@@ -179,7 +180,10 @@ def _two_finishers(backend, monkeypatch, clock) -> list:  # noqa: ANN001
             both.wait()
 
     monkeypatch.setattr(order_module, "time", SimpleNamespace(time=clock, monotonic=time.monotonic, sleep=time.sleep))
+    # Both finish side by side: no turn, and no fence (each would take the other's heartbeat and stop it).
     monkeypatch.setattr(FinisherTurn, "take", lambda turn, ended: True)
+    monkeypatch.setattr(Hold, "check", lambda hold, step: None)
+    monkeypatch.setattr(Hold, "check_if_stale", lambda hold, step: None)
     with faults.installed(meet_after_success), ThreadPoolExecutor(2) as pool:
         runs = [pool.submit(recover, f"s3://{bucket}/t", s3=backend.options, job_id=y)]
         assert first_arrived.wait(TIMEOUT), "the first recover never reached _SUCCESS"
@@ -300,11 +304,8 @@ def test_moto_can_let_two_jobs_take_one_place_and_the_trials_lock_stops_it(moto_
         proto = JobCommitter(store, job.destination, job.job_id)._entry_for(
             SimpleNamespace(delete=(), purpose="write", mode=job.descriptor.mode,
                             partition_overwrite=job.descriptor.partition_overwrite, replace=()), ["dt=0"])
-        from mpcommit.store.conditional import conditional_writes
-
-        cw = conditional_writes(store, table.bucket, "t/")
         with ThreadPoolExecutor(2) as pool:
-            places = [pool.submit(TableOrder(store, table).take, replace(proto, job_id=j.job_id), cw)
+            places = [pool.submit(TableOrder(store, table).take, replace(proto, job_id=j.job_id))
                       for j in (job, other)]
             positions = sorted(f.result(TIMEOUT).position for f in places)
         for j in (job, other):

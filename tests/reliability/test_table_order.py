@@ -164,12 +164,12 @@ def test_a_compaction_whose_sources_an_overwrite_replaced_first_gives_up(backend
     result: dict[str, object] = {}
     take = TableOrder.take
 
-    def held_take(order, proto, conditional):  # noqa: ANN001
+    def held_take(order, proto):  # noqa: ANN001
         # Its files are merged and checked; before it takes its place, the overwrite runs from start to end.
         if threading.current_thread().name == "compaction":
             ready.set()
             assert release.wait(TIMEOUT)
-        return take(order, proto, conditional)
+        return take(order, proto)
 
     monkeypatch.setattr(TableOrder, "take", held_take)
 
@@ -296,9 +296,11 @@ def test_recoveries_racing_each_other_end_with_one_finisher(backend):
 
 def hold_turn(backend, bucket: str, job_id: str, *, hostname: str, pid: int) -> None:
     """A finishing turn left by a `recover` that died while it held it."""
+    from mpcommit.protocol.records.liveness import Holder, TurnRecord
+
     key = f"t/_temporary/mpcommit/{job_id}/finishing.json"
-    backend.client.put_object(Bucket=bucket, Key=key, Body=json.dumps(
-        {"jobId": job_id, "hostname": hostname, "pid": pid, "time": 0}).encode())
+    backend.client.put_object(Bucket=bucket, Key=key,
+                              Body=TurnRecord(job_id, Holder(hostname, pid, "recover")).to_bytes())
 
 
 def test_a_turn_left_by_a_killed_recover_on_this_host_is_taken_at_once(backend):
@@ -358,12 +360,14 @@ def test_a_turn_given_back_is_deleted_only_while_it_is_still_this_process_s(back
     """A finisher taken for gone (its heartbeat silent a lease) may find its turn taken over when it gives it
     back: the other finisher's turn stays."""
     from mpcommit.protocol.commit.turn import FinisherTurn
+    from mpcommit.protocol.heartbeat import Heartbeat
     from mpcommit.protocol.layout import JobPaths
 
     bucket = backend.new_bucket("mpc-order")
     paths = JobPaths(parse_uri(f"s3://{bucket}/t"), "0d0d0d0d-0000-4000-8000-000000000001")
     store = S3Store(backend.options)
-    mine = FinisherTurn(store, paths, QUICK)
+    heartbeat = Heartbeat(store, paths, QUICK.heartbeat_seconds, role="recover")
+    mine = FinisherTurn(store, paths, QUICK, heartbeat)
     assert mine.take(ended=lambda: False)
     mine.release()
     assert store.head_object(bucket, paths.finishing) is None, "given back"
@@ -371,6 +375,7 @@ def test_a_turn_given_back_is_deleted_only_while_it_is_still_this_process_s(back
     backend.client.put_object(Bucket=bucket, Key=paths.finishing, Body=b'{"taken": "over"}')
     mine.release()
     assert backend.client.get_object(Bucket=bucket, Key=paths.finishing)["Body"].read() == b'{"taken": "over"}'
+    heartbeat.stop()
 
 
 # ---------------------------------------------------------------- a rollback racing the commit it rolls back
@@ -432,12 +437,22 @@ class IgnoringStore(S3Store):
 
 
 def test_a_store_that_ignores_conditional_writes_refuses_concurrent_destructive_jobs(moto_backend):
+    """Without conditional writes nothing can be ordered: no job runs until the user states that each table has
+    one job at a time; and even then a destructive job refuses to run beside another one it can see."""
+    from dataclasses import replace
+
+    from mpcommit.errors import ConditionalWritesMissingError
+
     backend = moto_backend
     bucket = backend.new_bucket("mpc-order")
     forget_answers()
-    store = IgnoringStore(backend.options)
-    found = conditional_writes(store, bucket, "t/")
+    unstated = IgnoringStore(backend.options)
+    found = conditional_writes(unstated, bucket, "t/")
     assert not found.create_only and "accepted a write" in found.detail
+    with pytest.raises(ConditionalWritesMissingError, match="single_writer=True.*Nothing was written"):
+        Job.create(f"s3://{bucket}/t", mode="append", s3=backend.options, store=unstated)
+    assert not backend.client.list_objects_v2(Bucket=bucket).get("Contents")
+    store = IgnoringStore(replace(backend.options, single_writer=True))
     pause = Pause("journal")
     o1 = Job.create(f"s3://{bucket}/t", mode="overwrite", s3=backend.options, store=store, progress=pause)
     o2 = Job.create(f"s3://{bucket}/t", mode="overwrite", s3=backend.options, store=store)

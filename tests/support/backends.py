@@ -33,7 +33,8 @@ DEFAULT_BACKENDS = ("moto", "localstack", "versitygw")
 #: store's behaviour.
 GO_SERVER_TIERS = frozenset({"", "protocol", "compaction", "cli", "stores", "reliability/test_table_order.py",
                              "reliability/test_concurrency.py", "reliability/test_interrupted_commit.py",
-                             "reliability/test_commit_window.py", "reliability/test_transient_faults.py"})
+                             "reliability/test_commit_window.py", "reliability/test_transient_faults.py",
+                             "reliability/test_fences.py", "reliability/test_table_scope.py"})
 
 ACCESS_KEY_ID = "test"
 SECRET_ACCESS_KEY = "test"

@@ -23,6 +23,7 @@ from ...errors import (
     CommitStateUnknownError,
     JobRolledBackError,
     JobStateError,
+    JobTakenOverError,
     ManifestError,
     MpcommitError,
     NoSuchKeyError,
@@ -35,7 +36,7 @@ from ...store.s3 import S3Store
 from .. import faults
 from ..heartbeat import Heartbeat
 from ..layout import Destination, JobPaths, table_of
-from ..order import OrderSnapshot, TableOrder
+from ..order import Collected, OrderSnapshot, PlaceEndedError, TableOrder
 from ..records.job import CommitJournal, DeleteEntry, JobDescriptor, JobRollback, MergedFile, read_claim
 from ..records.manifest import PendingUpload, StagedFile, TaskManifest, TaskResult
 from ..records.order import OrderEntry, Outcome, OrderOutcome, table_paths
@@ -43,6 +44,7 @@ from ..records.success import PartitionStats, SuccessData
 from .cleanup import JobCleanup
 from .committed import CommittedKeys, HandedOverResults, UploadIds
 from .context import CommitContext
+from .fence import Hold, HoldLostError
 from .journal import (
     build_journal,
     claim_journal,
@@ -133,7 +135,7 @@ class JobCommitter:
             entry = self._take_place(journal, partitions)
             try:
                 faults.checkpoint("commit.after_place")
-                self.order.refuse_beside_others(entry, self._conditional())
+                self.order.refuse_beside_others(entry)
                 if since is not None:
                     self._refuse_conflict(entry, since)
                 journal = replace(journal, position=entry.position)
@@ -162,7 +164,8 @@ class JobCommitter:
             # (:mod:`.turn`), so that a `recover` that finds the journal meanwhile waits for this commit instead of
             # completing the same uploads beside it. Two completes of one upload at once are harmless on S3, but
             # LocalStack 4.13 then leaves an empty object a third of the time (66 of 200 pairs, 2026-11-26).
-            turn = FinisherTurn(self.store, self.paths, self.order.settings)
+            heartbeat = self._driver_heartbeat()
+            turn = FinisherTurn(self.store, self.paths, self.order.settings, heartbeat)
             ended = False
             try:
                 faults.checkpoint("commit.after_journal")
@@ -170,8 +173,9 @@ class JobCommitter:
                     # A recover took the turn between the journal and here, and finished the job.
                     ended = True
                     return self._finish(journal, context, validated=False)
-                report = self._finish(journal, context, entry=entry, inline=inline, timings=timings, started=t0,
-                                      when_ended=when_ended)
+                faults.checkpoint("commit.after_turn")
+                report = self._finish(journal, context, entry=entry, hold=self._hold(heartbeat), inline=inline,
+                                      timings=timings, started=t0, when_ended=when_ended)
                 ended = True  # the turn went with the job's records
                 return report
             except CommitStateUnknownError:
@@ -187,13 +191,13 @@ class JobCommitter:
                     turn.release()  # whoever finishes it next need not wait for this process to be gone
 
     def _entry_for(self, journal: CommitJournal, partitions: Sequence[str]) -> OrderEntry:
+        """The job's place: everything it may change is inside what it says it touches -- the partitions it
+        writes, what it replaces (all of its destination for a static overwrite) and a compaction's sources --
+        so that every conflict check, which reads ``touches``, sees all of it."""
         here = self.table.path_of(self.destination)
-        if journal.delete:
-            touched = sorted({directory_of(d.key[len(self.destination.root):]) for d in journal.delete})
-        elif partitions:
-            touched = list(partitions)
-        else:
-            touched = [""]
+        touched = set(partitions) | set(journal.replace)
+        touched |= {directory_of(d.key[len(self.destination.root):]) for d in journal.delete}
+        touched = sorted(touched) or [""]
         return OrderEntry(
             position=1, job_id=self.job_id, bucket=self.destination.bucket, table=self.table.prefix,
             destination=here, purpose=journal.purpose, mode=journal.mode,
@@ -204,7 +208,7 @@ class JobCommitter:
 
     def _take_place(self, journal: CommitJournal, partitions: Sequence[str]) -> OrderEntry:
         try:
-            return self.order.take(self._entry_for(journal, partitions), self._conditional())
+            return self.order.take(self._entry_for(journal, partitions))
         except MpcommitError as exc:
             raise CommitFailedError(f"job {self.job_id} was not committed, nothing was made visible: it could not "
                                     f"take its place in the commit order of {self.table.uri}: {exc}") from exc
@@ -225,52 +229,89 @@ class JobCommitter:
             job_id=self.job_id, other_job_id="", destination=self.destination.uri)
 
     # ------------------------------------------------------------ finish (commit and recover)
-    def finish(self, journal: CommitJournal) -> CommitReport:
+    def finish(self, journal: CommitJournal, *, role: str = "recover") -> CommitReport:
         """Carry out a journal (``recover``): every manifest validated first, then as a first commit would.
-        Finishers of one job take turns (:mod:`.turn`): one that waited finds the job ended by the other."""
-        turn = FinisherTurn(self.store, self.paths, self.order.settings)
-        if not turn.take(ended=lambda: self._ended(journal)):
-            with CommitContext(self.threads) as context:
-                return self._finish(journal, context, validated=False)
+        Finishers of one job take turns (:mod:`.turn`): one that waited finds the job ended by the other.
+        ``role`` names this finisher in the job's heartbeat, for people and errors."""
+        heartbeat = Heartbeat(self.store, self.paths, self.order.settings.heartbeat_seconds, role=role)
+        turn = FinisherTurn(self.store, self.paths, self.order.settings, heartbeat)
         try:
-            with CommitContext(self.threads) as context, self._beating():
-                return self._finish(journal, context, validated=False)
+            if not turn.take(ended=lambda: self._ended(journal)):
+                with CommitContext(self.threads) as context:
+                    return self._finish(journal, context, validated=False)
+            self.heartbeat = heartbeat
+            with CommitContext(self.threads) as context:
+                faults.checkpoint("commit.after_turn")
+                return self._finish(journal, context, hold=self._hold(heartbeat), validated=False)
         finally:
-            turn.release()
+            heartbeat.stop()
+            turn.release()  # a no-op once the job's records went, the turn with them
+
+    def _driver_heartbeat(self) -> Heartbeat:
+        """The heartbeat the driver holds its job by: the Job's own, beating since Job.create; else one started
+        now, on from the beat there (the process a data source commits in, resumed without one)."""
+        if self.heartbeat is None:
+            self.heartbeat = Heartbeat(self.store, self.paths, self.order.settings.heartbeat_seconds).start()
+        return self.heartbeat
+
+    def _hold(self, heartbeat: Heartbeat) -> Hold:
+        return Hold(heartbeat, self.order.settings.lease_seconds)
 
     def _ended(self, journal: CommitJournal) -> bool:
-        """The job's end is recorded, or its journal is gone (finished or rolled back by another process)."""
-        if journal.position is not None and self.order.outcome(journal.position) is not None:
+        """The job's end is recorded (or collected), or its journal is gone (finished or rolled back by another
+        process)."""
+        if journal.position is not None and self.order.ended(journal.position) is not None:
             return True
         try:
             return not isinstance(self.read_claim(), CommitJournal)
         except NoSuchKeyError:
             return True
 
-    def _beating(self) -> Heartbeat:
-        self.heartbeat = Heartbeat(self.store, self.paths, self.order.settings.heartbeat_seconds)
-        return self.heartbeat
-
     def _finish(self, journal: CommitJournal, context: CommitContext, *, entry: OrderEntry | None = None,
-                inline: dict[str, TaskManifest | None] | None = None, timings: dict[str, float] | None = None,
-                started: float | None = None, validated: bool = True,
+                hold: Hold | None = None, inline: dict[str, TaskManifest | None] | None = None,
+                timings: dict[str, float] | None = None, started: float | None = None, validated: bool = True,
                 when_ended: Callable[[int], None] | None = None) -> CommitReport:
         if entry is None:  # recover: the job may have ended meanwhile, by another process's hand
             entry = self._place_of(journal)
             if entry is None:
-                return self._ended_elsewhere(journal, None)
-            ended = self.order.outcome(entry.position)
+                return self._ended_elsewhere(journal, Collected(journal.position or 0))
+            ended = self.order.ended(entry.position)
             if ended is not None:
                 return self._ended_elsewhere(journal, ended)
+        if hold is None:  # the turn was not taken: the job ended in another's hands after all
+            raise JobTakenOverError(
+                f"job {self.job_id}: another process holds it and is finishing it; this one did nothing for it. "
+                f"`mpcommit jobs list {self.destination.uri}` shows it.", job_id=self.job_id,
+                destination=self.destination.uri)
         try:
-            return self._carry_out(journal, entry, context, inline=inline or {}, timings=dict(timings or {}),
+            return self._carry_out(journal, entry, context, hold, inline=inline or {}, timings=dict(timings or {}),
                                    t0=started if started is not None else time.monotonic(), validated=validated,
                                    when_ended=when_ended)
+        except (HoldLostError, PlaceEndedError) as lost:
+            return self._lost(journal, entry, lost)
         except MpcommitError:
-            ended = self.order.outcome(entry.position)
+            ended = self.order.ended(entry.position)
             if ended is not None:  # another process finished it while this one was at it
                 return self._ended_elsewhere(journal, ended)
             raise
+
+    def _lost(self, journal: CommitJournal, entry: OrderEntry, lost: MpcommitError) -> CommitReport:
+        """This process lost the job while it was finishing it (a fence said so): it did nothing more for it. The
+        outcome is what the other process made of it: committed (a report saying so), rolled back, or -- while
+        the other one is still at it -- unknown."""
+        self._quiet()
+        why = lost.why if isinstance(lost, HoldLostError) else str(lost)
+        ended = self.order.ended(entry.position)
+        if ended is None:
+            raise JobTakenOverError(
+                f"job {self.job_id}: this process stopped finishing it -- {lost}. It was taken over while this "
+                "process was paused or cut off from the store, and another process is finishing it; this one "
+                f"completed, deleted and recorded nothing more for it. `mpcommit jobs list {self.destination.uri}` "
+                "shows it; should that process die, `mpcommit jobs recover "
+                f"{self.destination.uri} --job {self.job_id}` finishes it.",
+                job_id=self.job_id, destination=self.destination.uri, holder=why)
+        log.warning("job %s: this process stopped finishing it (%s); another process finished it", self.job_id, why)
+        return self._ended_elsewhere(journal, ended)
 
     def _place_of(self, journal: CommitJournal) -> OrderEntry | None:
         """The journal's place in the order; None when it ended so long ago that the order let it go. A journal
@@ -283,10 +324,10 @@ class JobCommitter:
         entry = self._take_place(journal, [])
         return entry
 
-    def _ended_elsewhere(self, journal: CommitJournal, ended: OrderOutcome | None) -> CommitReport:
+    def _ended_elsewhere(self, journal: CommitJournal, ended: OrderOutcome | Collected) -> CommitReport:
         """The job's end is recorded already: another process finished it (or, long ago, this one did). Its
         leftover records go; the report says so and carries what _SUCCESS tells, where _SUCCESS still names it."""
-        if ended is not None and ended.outcome is Outcome.ROLLED_BACK:
+        if isinstance(ended, OrderOutcome) and ended.outcome is Outcome.ROLLED_BACK:
             raise JobRolledBackError(f"job {self.job_id} was rolled back by another process ({ended.reason}); "
                                      "nothing of it is visible")
         self._quiet()
@@ -295,13 +336,14 @@ class JobCommitter:
         mode = CommitMode.of(journal.mode, journal.partition_overwrite)
         success = _read_success(self.store, self.destination)
         named = success is not None and success.job_id == self.job_id
+        by = f"{ended.by} on host {ended.hostname}".strip() if isinstance(ended, OrderOutcome) else ""
         return CommitReport(
             job_id=self.job_id, uri=self.destination.uri, mode=mode, outcome=CommitOutcome.COMMITTED,
             filenames=success.filenames if named else (), bytes=success.bytes if named else 0,  # type: ignore[union-attr]
             rows=success.rows if named else None, partitions=success.partitions if named else (),  # type: ignore[union-attr]
-            position=journal.position, finished_elsewhere=True)
+            position=journal.position, finished_elsewhere=True, finished_by=by)
 
-    def _carry_out(self, journal: CommitJournal, entry: OrderEntry, context: CommitContext, *,
+    def _carry_out(self, journal: CommitJournal, entry: OrderEntry, context: CommitContext, hold: Hold, *,
                    inline: dict[str, TaskManifest | None], timings: dict[str, float], t0: float,
                    validated: bool, when_ended: Callable[[int], None] | None = None) -> CommitReport:
         if not validated:
@@ -314,16 +356,17 @@ class JobCommitter:
             t = time.monotonic()
             self.order.wait_for_earlier(entry, entry.replaces, take_over=self._take_over, progress=self.progress)
             timings["wait"] = time.monotonic() - t
+        hold.check_if_stale("its completes")  # after any wait, and however long the manifests took
 
         # What the commit keeps per file is only what _SUCCESS and the report need (the key) and the upload id:
         # manifests are streamed, read a few at a time, and their parts dropped as soon as their files are
         # complete; the keys spill to a local temporary file beyond committed.SPILL_AT, the upload ids are kept as
         # 8-byte digests (driver memory bounded in files too: :mod:`.committed`). The file is closed on every exit.
         with CommittedKeys() as filenames:
-            return self._place_and_succeed(journal, entry, context, replacer, filenames, inline=inline,
+            return self._place_and_succeed(journal, entry, context, hold, replacer, filenames, inline=inline,
                                            timings=timings, t0=t0, when_ended=when_ended)
 
-    def _place_and_succeed(self, journal: CommitJournal, entry: OrderEntry, context: CommitContext,
+    def _place_and_succeed(self, journal: CommitJournal, entry: OrderEntry, context: CommitContext, hold: Hold,
                            replacer: Replacer, filenames: CommittedKeys, *, inline: dict[str, TaskManifest | None],
                            timings: dict[str, float], t0: float,
                            when_ended: Callable[[int], None] | None) -> CommitReport:
@@ -376,14 +419,19 @@ class JobCommitter:
         # An overwrite's look at the scope it replaces only reads: it runs beside the completes.
         older = replacer.look_beside(journal, entry, self.order)
         placer = Placer(self.store, self.destination, self.job_id, skip_directories=skip)
-        placer.place_all(uploads(), account, context, processes=self.processes if sources is None else 1)
+        placer.place_all(hold.guard(uploads(), "a complete"), account, context,
+                         processes=self.processes if sources is None else 1)
         if sources is not None:
             replacer.undo_skipped(skipped_placed)
         timings["complete"] = time.monotonic() - t
         self.progress("completed", len(filenames), len(filenames))
 
         t = time.monotonic()
-        deleted = replacer.delete(older.result() if older is not None else [], sources, skip_directories=skip)
+        doomed = older.result() if older is not None else []
+        faults.checkpoint("commit.before_replace")
+        if doomed or sources:
+            hold.check("its deletes")  # between the judgement of what is older and the first delete
+        deleted = replacer.delete(doomed, sources, skip_directories=skip)
         timings["replace"] = time.monotonic() - t
 
         t = time.monotonic()
@@ -404,11 +452,13 @@ class JobCommitter:
             merged_from=len(journal.delete) if journal.delete else None, position=entry.position,
         )
         faults.checkpoint("commit.before_success")
+        hold.check_if_stale("_SUCCESS")
         self.progress("success", 0, 1)
         write_success(self.store, self.destination, success, match_etag=self._conditional().match_etag)
         self.progress("success", 1, 1)
         faults.checkpoint("commit.after_success")
-        _ended, ours = self.order.end(entry, Outcome.COMMITTED)
+        hold.check_if_stale("the end of its place")
+        _ended, ours = self.order.end(entry, Outcome.COMMITTED, by=hold.heartbeat.role)
         timings["success"] = time.monotonic() - t
         if when_ended is not None:
             when_ended(entry.position)
@@ -417,7 +467,8 @@ class JobCommitter:
         self._quiet()
         cleanup.remove_records(journal_first=True)
         if entry.position % TIDY_EVERY == 0:
-            self.order.collect_garbage()
+            self.order.collect_garbage(take_over=lambda dead: self._take_over(dead, why="holds the order's "
+                                                                              "collection back"))
         timings["cleanup"] = time.monotonic() - t
         timings["total"] = time.monotonic() - t0
         return CommitReport(
@@ -429,15 +480,17 @@ class JobCommitter:
         )
 
     # ------------------------------------------------------------ another job, dead, in the way
-    def _take_over(self, other: OrderEntry) -> None:
-        """Finish or roll back an earlier job of the table that went silent (see TableOrder.wait_for_earlier)."""
+    def _take_over(self, other: OrderEntry, *, why: str = "is before it") -> None:
+        """Finish or roll back another job of the table that went silent: one before this one that it waits for
+        (TableOrder.wait_for_earlier), or a dead one holding the order's collection back (collect_garbage)."""
         committer = JobCommitter(self.store, self.table.destination(other.destination), other.job_id,
                                  threads=self.threads, order=self.order.settings)
-        log.warning("job %s: job %s before it in the commit order of %s has been silent for %.0f s; finishing or "
-                    "rolling it back", self.job_id, other.job_id, self.table.uri, self.order.settings.lease_seconds)
+        log.warning("job %s: job %s, which %s in the commit order of %s, has been silent for %.0f s; finishing or "
+                    "rolling it back", self.job_id, other.job_id, why, self.table.uri,
+                    self.order.settings.lease_seconds)
         try:
             committer.recover_job(reason=f"silent for {self.order.settings.lease_seconds:.0f} s; taken over by job "
-                                         f"{self.job_id}")
+                                         f"{self.job_id}", role=f"take-over by job {self.job_id}")
         except JobStateError:
             pass  # it started committing meanwhile: alive after all, waited for again
         except (ManifestError, CommitStateUnknownError) as exc:
@@ -446,12 +499,12 @@ class JobCommitter:
                 f"{self.table.uri}, is dead and could not be finished ({exc}). Run `mpcommit jobs recover "
                 f"{self.table.destination(other.destination).uri} --job {other.job_id}`.") from exc
 
-    def recover_job(self, *, reason: str) -> CommitReport | AbortReport:
+    def recover_job(self, *, reason: str, role: str = "recover") -> CommitReport | AbortReport:
         """Finish this job from its journal, go on with its interrupted rollback, or roll it back when its
         commit never began (JobStateError if it begins meanwhile)."""
         claim = self.read_claim()
         if isinstance(claim, CommitJournal):
-            return self.finish(claim)
+            return self.finish(claim, role=role)
         return self.rollback(reason=reason)
 
     def read_claim(self) -> CommitJournal | JobRollback | None:

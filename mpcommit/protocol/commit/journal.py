@@ -26,6 +26,7 @@ from ...errors import (
     ProtocolError,
 )
 from ...modes import PartitionOverwrite, WriteMode
+from ...store.conditional import Records, Taken
 from ...store.s3 import S3Store
 from ..layout import Destination, JobPaths
 from ..records.job import CommitJournal, DeleteEntry, JobDescriptor, JobRollback, MergedFile, read_claim
@@ -143,20 +144,13 @@ def claim_journal(store: S3Store, destination: Destination, journal: CommitJourn
     Raises JobRolledBackError when a rollback got there first (nothing of this job is visible), and
     CommitStateUnknownError when the answer could not be had."""
     paths = JobPaths(destination, journal.job_id)
-    data = journal.to_bytes()
+    records = Records.of(store, destination.bucket)
     try:
-        try:
-            store.put_object(destination.bucket, paths.journal, data, if_none_match=True)
-        except PreconditionFailedError:
-            try:
-                found: bytes | None = store.get_object(destination.bucket, paths.journal)
-            except NoSuchKeyError:
-                found = None  # a rollback claimed it, then finished and removed it
-            if found != data:  # not our own write whose answer was lost and retried
-                raise JobRolledBackError(
-                    f"job {journal.job_id} was rolled back by another process (`jobs abort`, `recover` or an orphan "
-                    f"cleanup) before its commit began; nothing of it was made visible. Run the job again."
-                ) from None
+        if isinstance(records.create(paths.journal, journal.to_bytes()), Taken):
+            # A rollback's record holds the key (or held it, and the rollback finished and removed it).
+            raise JobRolledBackError(
+                f"job {journal.job_id} was rolled back by another process (`jobs abort`, `recover` or an orphan "
+                f"cleanup) before its commit began; nothing of it was made visible. Run the job again.")
         if store.head_object(destination.bucket, paths.descriptor) is None:
             store.delete_objects(destination.bucket, [paths.journal, paths.heartbeat])
             raise JobRolledBackError(
@@ -181,16 +175,13 @@ def claim_rollback(store: S3Store, destination: Destination, job_id: str, reason
     paths = JobPaths(destination, job_id)
     record = JobRollback(job_id, destination.bucket, destination.prefix, int(time.time() * 1000),
                          socket.gethostname(), reason)
-    try:
-        store.put_object(destination.bucket, paths.journal, record.to_bytes(), if_none_match=True)
+    taken = Records.of(store, destination.bucket).create(paths.journal, record.to_bytes())
+    if not isinstance(taken, Taken):
         return record
-    except PreconditionFailedError:
-        pass
-    try:
-        found = read_claim(store.get_object(destination.bucket, paths.journal), where=paths.journal,
-                           destination=destination, job_id=job_id)
-    except NoSuchKeyError:
+    if taken.body is None:
         return claim_rollback(store, destination, job_id, reason)  # it went meanwhile: claim again
+    try:
+        found = read_claim(taken.body, where=paths.journal, destination=destination, job_id=job_id)
     except ManifestError as exc:
         raise JobStateError(f"job {job_id}: its journal key holds a record that cannot be read ({exc}); it is not "
                             "rolled back. Inspect it before acting.") from exc

@@ -13,7 +13,8 @@ from ...pool import ProgressHook
 from ...store.s3 import DELETE_BATCH, S3Store
 from .. import faults
 from ..layout import Destination, is_hidden_key, owner_of_key, table_of
-from ..order import NestedTables, TableOrder
+from ..nesting import NestedTables
+from ..order import TableOrder
 from ..records.job import CommitJournal, DeleteEntry
 from ..records.manifest import TaskManifest
 from ..records.order import OrderEntry
@@ -85,19 +86,28 @@ class Replacer:
         after -- a job places files only once it has its place, so none of a later job's files can be taken
         for older."""
         listed: list[tuple[str | None, str]] = []
+        nested = NestedTables(self.table)
 
         def older(key: str) -> bool:
             # The listing runs beside the completes and sees this job's own files appear: dropped page by page,
-            # so that the driver never holds them all (~1 KB a listed file) -- only the scope's older files.
-            return not is_hidden_key(self.destination, key) and owner_of_key(key).job_id != self.job_id
+            # so that the driver never holds them all (~1 KB a listed file) -- only the scope's older files. The
+            # hidden keys tell the tables nested in the scope, whose files are theirs (protocol/nesting.py).
+            if is_hidden_key(self.destination, key):
+                nested.add(key)
+                return False
+            return owner_of_key(key).job_id != self.job_id
 
         for rel in journal.replace:
             for obj in self.store.list_objects(self.destination.bucket, self._scope_prefix(rel), keep=older):
                 listed.append((owner_of_key(obj.key).job_id, obj.key))
+        faults.checkpoint("commit.after_replace_listing")
         if not listed:
             return []
         later = order.jobs_after(entry.position)
-        return [key for owner, key in listed if owner is None or owner not in later]
+        if nested.roots:
+            log.warning("job %s: %s holds other tables (%s); their files are theirs, and left as they are",
+                        self.job_id, self.destination.uri, ", ".join(nested.roots))
+        return [key for owner, key in listed if (owner is None or owner not in later) and not nested.covers(key)]
 
     def look_beside(self, journal: CommitJournal, entry: OrderEntry, order: TableOrder) -> Future[list[str]] | None:
         """:meth:`older_objects` started on the outer pool, beside the completes; None when nothing is replaced."""

@@ -45,6 +45,8 @@ class CommitReport:
     #: Another process (a `recover`, or a later job taking over a silent one) recorded this job's end first: the
     #: commit happened, counted there.
     finished_elsewhere: bool = False
+    #: Who finished it, when another process did ("recover on host h (pid 1)"), where its record says so.
+    finished_by: str = ""
 
     @property
     def files(self) -> int:
@@ -61,6 +63,8 @@ class CommitReport:
             out["position"] = self.position
         if self.finished_elsewhere:
             out["finishedElsewhere"] = True
+            if self.finished_by:
+                out["finishedBy"] = self.finished_by
         if self.catalog is not None:
             out["catalog"] = self.catalog.summary()
         return out
@@ -70,7 +74,8 @@ class CommitReport:
         if self.ignored:
             return f"{self.uri}: mode {self.mode.value} found existing data; nothing was written (job {self.job_id})"
         rows = "" if self.rows is None else f", {self.rows:,} rows"
-        elsewhere = " (finished by another process)" if self.finished_elsewhere else ""
+        elsewhere = (f" (finished by another process{': ' + self.finished_by if self.finished_by else ''})"
+                     if self.finished_elsewhere else "")
         lines = [
             f"{self.outcome.value} {self.uri} ({self.mode.value}) job {self.job_id}{elsewhere}",
             f"  {self.files:,} files, {human_bytes(self.bytes)}{rows} in {len(self.partitions):,} partitions",

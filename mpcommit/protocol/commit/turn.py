@@ -10,131 +10,153 @@ recorded. A turn is taken over only from a holder that is gone: one of this host
 (a killed ``recover``, re-run at once by the on-call engineer), or one whose job heartbeat -- the holder beats
 it while it works -- stayed the same for a lease, on the waiter's own clock.
 
+A take-over breaks the lease before it touches the turn: the taker writes the job's heartbeat over the very beat
+it watched stay the same (:meth:`~mpcommit.protocol.heartbeat.Heartbeat.adopt`), and only then the turn. A
+holder that was only paused finds its next beat refused, and stops (:mod:`.fence`); a holder that beat in the
+meantime makes the take-over fail, and is waited for again.
+
 The job's own driver takes the turn too, with its journal: a `recover` that finds the journal while the driver
 is still committing (a cron's, or the soak's every 11 s, both having waited for a dead job before it) waits for
 the driver instead of completing the same uploads beside it -- which on LocalStack left two of a committed
 overwrite's files empty (CI, 2026-11-26; two completes of one upload at once empty the object in 66 of 200
 pairs). A driver whose commit fails gives the turn back at once. A rollback racing the driver is decided by the
-journal key, not by the turn (see journal.claim_rollback).
+journal key, not by the turn (see journal.claim_rollback). A turn is never taken for a job that has ended: a
+waiter asks before every try, and a taker that finds the job ended right after its create gives the turn back.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import socket
 import time
-import uuid
 from collections.abc import Callable
 
-import orjson
-
-from ...errors import PreconditionFailedError, UnsupportedRequestError
+from ...errors import ManifestError, MpcommitError
 from ...options import OrderSettings
+from ...store.conditional import Held, Records, Taken
 from ...store.s3 import S3Store
-from ..heartbeat import Pulse
+from ..heartbeat import Heartbeat, Pulse
 from ..layout import JobPaths
+from ..records.liveness import Beat, Holder, TurnRecord
 
 log = logging.getLogger(__name__)
 
+#: What :meth:`FinisherTurn._hold_heartbeat` says when this process's own beat still landed.
+_OWN_BEAT = object()
+
 
 class FinisherTurn:
-    """The right to carry out one job's journal, held by one process at a time."""
+    """The right to carry out one job's journal, held by one process at a time, beside the job's heartbeat
+    (``heartbeat``: the driver's, running since ``Job.create``; or a finisher's own, started when it takes the
+    job)."""
 
-    def __init__(self, store: S3Store, paths: JobPaths, settings: OrderSettings):
+    def __init__(self, store: S3Store, paths: JobPaths, settings: OrderSettings, heartbeat: Heartbeat):
         self.store = store
         self.paths = paths
         self.settings = settings
+        self.heartbeat = heartbeat
         self.key = paths.finishing
-        self._etag: str | None = None
-        self._held: bytes | None = None  # what this process wrote at the turn's key
+        self._held: Held | None = None
+        self._body: bytes | None = None  # what this process wrote at the turn's key
+
+    def _records(self) -> Records:
+        return Records.of(self.store, self.paths.destination.bucket)
 
     def take(self, ended: Callable[[], bool]) -> bool:
-        """Wait for the turn: True once this process holds it, False once ``ended()`` says the job's end is
-        recorded (another finisher's work). Never waits on a job that ended."""
-        bucket = self.paths.destination.bucket
+        """Wait for the turn: True once this process holds it (and the job's heartbeat), False once ``ended()``
+        says the job's end is recorded (another finisher's work). Never waits on a job that ended, and never
+        holds the turn of one."""
+        records = self._records()
         pulse = Pulse(self.store)
-        announced = False
+        announced = waited = False
         while True:
-            body = self._body()
-            try:
-                self._etag = self.store.put_object(bucket, self.key, body, if_none_match=True)
-                self._held = body
-                return True
-            except PreconditionFailedError:
-                pass
-            holder = self.store.head_object(bucket, self.key)
-            if holder is not None and self._raw(holder.etag) == body:
-                # Our own create, whose answer was lost and whose retry the store refused: the turn is ours (the
-                # body carries a random token, so no other process or thread wrote these bytes).
-                self._etag, self._held = holder.etag, body
-                return True
-            if ended():
+            if waited and ended():
                 return False
-            if holder is None:
-                continue  # released meanwhile: try again at once
-            if self._gone(holder.etag, pulse):
-                try:
-                    body = self._body()
-                    self._etag = self.store.put_object(bucket, self.key, body, if_match=holder.etag)
-                    self._held = body
-                    log.warning("job %s: the process finishing it is gone; this one finishes it",
-                                self.paths.job_id)
+            body = TurnRecord(self.paths.job_id, Holder.here(self.heartbeat.role)).to_bytes()
+            found = records.create(self.key, body)
+            if isinstance(found, Held):
+                self._held, self._body = found, body
+                held = self._hold_heartbeat()
+                if held is _OWN_BEAT or (held and not ended()):
                     return True
-                except PreconditionFailedError:
-                    pass  # another waiter took it over first
+                self.release()  # the job ended before the create, or another process beats for it
+                if ended():
+                    return False
+            elif found.body is None:
+                continue  # given back meanwhile: try again at once
+            elif self._take_over(records, found, pulse, body):
+                return True
             if not announced:
                 log.info("job %s: another process is finishing it; waiting for its end", self.paths.job_id)
                 announced = True
             time.sleep(self.settings.poll_seconds)
+            waited = True
+
+    def _hold_heartbeat(self) -> object:
+        """With a free turn no finisher is at work: this process beats for the job -- on from its own beat if
+        that still lands (``_OWN_BEAT``: then no other process took the job since, and none can have ended it),
+        else over the beat there now (True: a driver displaced before its commit began, a job's first finisher
+        after a dead driver -- the job may have ended meanwhile), False when another process beat first."""
+        if self.heartbeat.running and self.heartbeat.beat_now():
+            return _OWN_BEAT
+        info = self.store.head_object(self.paths.destination.bucket, self.paths.heartbeat)
+        return self.heartbeat.adopt(info.etag if info is not None else None)
+
+    def _take_over(self, records: Records, holder: Taken, pulse: Pulse, body: bytes) -> bool:
+        """Take the turn from a holder that is gone: its heartbeat first -- only while it is still the beat this
+        waiter watched stay the same for a lease, or the beat of a dead process of this host -- then the turn,
+        only while it is still the gone holder's. Of several waiters, the one whose heartbeat write lands first
+        takes over; the others find the beat changed and wait on."""
+        beat, silent = pulse.watch(self.paths)
+        if silent < self.settings.lease_seconds and not (self._dead_here(holder.body) and self._dead_beat(beat)):
+            return False
+        if not self.heartbeat.adopt(beat):
+            return False  # it beat meanwhile: alive after all (or another waiter took it over first)
+        taken = records.replace(self.key, body, etag=holder.etag)
+        if not isinstance(taken, Held):
+            return False  # the turn changed meanwhile; its holder's beats now refuse ours, or ours theirs
+        self._held, self._body = taken, body
+        log.warning("job %s: the process finishing it is gone; this one finishes it", self.paths.job_id)
+        return True
+
+    def _dead_here(self, body: bytes | None) -> bool:
+        """A turn or beat of a process of this host that no longer runs (unreadable: judged by the lease)."""
+        if body is None:
+            return False
+        try:
+            record: TurnRecord | Beat = (TurnRecord.from_bytes(body, where=self.key, job_id=self.paths.job_id)
+                                         if b'"mpcommit.FinisherTurn"' in body else
+                                         Beat.from_bytes(body, where=self.paths.heartbeat, job_id=self.paths.job_id))
+        except ManifestError:
+            return False
+        return record.holder.is_here() and not _running(record.holder.pid)
+
+    def _dead_beat(self, etag: str | None) -> bool:
+        """Whether the heartbeat at ``etag`` (None: none) is a dead process's of this host: then no process is
+        at work for the job, and the beat may be taken at once. A live process's beat -- another waiter that
+        took the job over a moment ago -- is not."""
+        if etag is None:
+            return True
+        try:
+            body = self.store.get_object(self.paths.destination.bucket, self.paths.heartbeat, if_match=etag)
+        except MpcommitError:
+            return False  # changed or gone meanwhile: someone is at work
+        return self._dead_here(body)
 
     def release(self) -> None:
         """Give the turn back when the finish did not end the job (an error): the next finisher need not wait.
         After a finish the job's records go, and the turn with them."""
-        if self._etag is None:
+        held, self._held = self._held, None
+        if held is None:
             return
-        bucket = self.paths.destination.bucket
         try:
-            try:
-                self.store.delete_object(bucket, self.key, if_match=self._etag)
-            except UnsupportedRequestError:
-                # A store that cannot make a delete conditional (LocalStack 4.13: NotImplemented): the turn is deleted
-                # only while it still holds this process's bytes. Between that read and the delete only a finisher
-                # that took this process for gone could write it, and this one is alive and beating.
-                if self._held is not None and self._raw(self._etag) == self._held:
-                    self.store.delete_object(bucket, self.key)
-        except Exception as exc:  # noqa: BLE001 -- a turn left behind costs the next finisher a lease, no more
+            self._records().delete(self.key, etag=held.etag, body=self._body)
+        except MpcommitError as exc:  # a turn left behind costs the next finisher a lease, no more
             log.warning("job %s: the finishing turn stays, the next finisher waits for it (%s)", self.paths.job_id, exc)
-        self._etag = None
-        self._held = None
-
-    def _gone(self, etag: str, pulse: Pulse) -> bool:
-        held = self._read(etag)
-        if held is not None and held.get("hostname") == socket.gethostname() and not _running(held.get("pid")):
-            return True
-        return pulse.silent_for(self.paths) >= self.settings.lease_seconds
-
-    def _raw(self, etag: str) -> bytes | None:
-        try:
-            return self.store.get_object(self.paths.destination.bucket, self.key, if_match=etag)
-        except Exception:  # noqa: BLE001 -- unreadable or gone: not ours, judged by the heartbeat alone
-            return None
-
-    def _read(self, etag: str) -> dict | None:
-        body = self._raw(etag)
-        try:
-            found = orjson.loads(body) if body is not None else None
-        except orjson.JSONDecodeError:
-            return None
-        return found if isinstance(found, dict) else None
-
-    def _body(self) -> bytes:
-        return orjson.dumps({"jobId": self.paths.job_id, "hostname": socket.gethostname(), "pid": os.getpid(),
-                             "time": int(time.time() * 1000), "token": uuid.uuid4().hex})
 
 
-def _running(pid: object) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
+def _running(pid: int) -> bool:
+    if pid <= 0:
         return True  # not ours to judge: the heartbeat decides
     try:
         os.kill(pid, 0)

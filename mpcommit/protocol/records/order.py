@@ -1,12 +1,18 @@
 """The records of a table's commit order (protocol/order.py), under ``TABLE/_mpcommit/order/``:
 
-* ``NNNNNNNNNNNNNNNNNNNN`` (the position, 20 digits): an :class:`OrderEntry`, created with ``If-None-Match: *``
-  by the one job that takes that place, never changed afterwards;
+* ``NNNNNNNNNNNNNNNNNNNN`` (the position, 20 ASCII digits, at most :data:`MAX_POSITION`): an :class:`OrderEntry`,
+  created with ``If-None-Match: *`` by the one job that takes that place, never changed afterwards;
 * ``NNNNNNNNNNNNNNNNNNNN.done``: its :class:`OrderOutcome`, created the same way once the job is committed or
-  rolled back -- by its driver or by whoever finished it. Whoever creates it first has finished the job.
+  rolled back -- by its driver or by whoever finished it. Whoever creates it first has finished the job;
+* ``collected-NNNNNNNNNNNNNNNNNNNN``: an :class:`OrderCheckpoint`, written by the order's garbage collection
+  before it deletes any place: every place up to that position has ended, so a place whose records are gone is
+  never taken for open, and the newest committed version of each application (a stream's micro-batches, a
+  scheduler's runs) outlives the places that recorded it. Its name sorts after every position, so a listing of
+  the order reads it after the places it covers.
 
-Both are validated on read like every record (I7): a record naming another table or an unknown version is
-refused, never guessed at.
+All are validated on read like every record (I7): a record naming another table or an unknown version is
+refused, never guessed at. Any other name under the order's folder is no record of mpcommit's: it is reported
+(``jobs recover``, ``mpcommit doctor``) and otherwise ignored, never read as a place.
 """
 
 from __future__ import annotations
@@ -22,8 +28,14 @@ from .base import Reader, check_kind, dumps, loads_object
 
 ENTRY_KIND = "mpcommit.OrderEntry"
 OUTCOME_KIND = "mpcommit.OrderOutcome"
+CHECKPOINT_KIND = "mpcommit.OrderCheckpoint"
 POSITION_DIGITS = 20
 OUTCOME_SUFFIX = ".done"
+CHECKPOINT_PREFIX = "collected-"
+#: The highest position a place may have: far beyond any table's life (a job a millisecond for 30,000 years),
+#: and below 2**63, so that every position fits the signed 64-bit integers JSON readers and orjson handle. A
+#: place named higher is no record of mpcommit's (a hostile or mistyped key) and is never read as one.
+MAX_POSITION = 10**18
 #: An entry lists at most this many paths it touches; a job touching more is recorded as touching its whole
 #: destination (coarser, so it may make other jobs wait longer, never shorter).
 MAX_PATHS = 1000
@@ -33,12 +45,29 @@ def entry_name(position: int) -> str:
     return f"{position:0{POSITION_DIGITS}d}"
 
 
+def checkpoint_name(through: int) -> str:
+    return f"{CHECKPOINT_PREFIX}{entry_name(through)}"
+
+
+def _position(stem: str) -> int | None:
+    # ASCII digits only: str.isdigit() also accepts Arabic-Indic digits and superscripts, which int() then reads
+    # (or refuses) in ways no other reader of the order would.
+    if len(stem) != POSITION_DIGITS or not (stem.isascii() and stem.isdigit()):
+        return None
+    position = int(stem)
+    return position if 1 <= position <= MAX_POSITION else None
+
+
 def parse_order_name(name: str) -> tuple[int, bool] | None:
     """``(position, is_outcome)`` of a key name under the order root, else None."""
     stem, done = (name[: -len(OUTCOME_SUFFIX)], True) if name.endswith(OUTCOME_SUFFIX) else (name, False)
-    if len(stem) != POSITION_DIGITS or not stem.isdigit():
-        return None
-    return int(stem), done
+    position = _position(stem)
+    return None if position is None else (position, done)
+
+
+def parse_checkpoint_name(name: str) -> int | None:
+    """The position a checkpoint's key name says it covers, else None."""
+    return _position(name[len(CHECKPOINT_PREFIX):]) if name.startswith(CHECKPOINT_PREFIX) else None
 
 
 def _scope(r: Reader, table: Table, what: str, where: str) -> None:
@@ -135,13 +164,20 @@ class OrderOutcome:
     #: A random token of the writer: two processes that end one job in the same millisecond on one host write
     #: different bytes, so that each can tell its own write (retried after a lost answer) from the other's.
     writer: str = ""
+    #: Who ended it, for people: "the job's driver (pid 123)", "recover (pid 456)".
+    by: str = ""
+    #: The application version this commit records (see :class:`Txn`), written with the commit's end.
+    txn: "Txn | None" = None
 
     def to_bytes(self) -> bytes:
-        return dumps({
+        out: dict[str, Any] = {
             "kind": OUTCOME_KIND, "version": 1, "position": self.position, "jobId": self.job_id,
             "bucket": self.bucket, "table": self.table, "outcome": self.outcome.value, "time": self.time_ms,
-            "hostname": self.hostname, "reason": self.reason, "writer": self.writer,
-        })
+            "hostname": self.hostname, "reason": self.reason, "writer": self.writer, "by": self.by,
+        }
+        if self.txn is not None:
+            out["txn"] = self.txn.to_json()
+        return dumps(out)
 
     @classmethod
     def from_bytes(cls, data: bytes, *, where: str, table: Table, position: int) -> "OrderOutcome":
@@ -156,9 +192,91 @@ class OrderOutcome:
             outcome = Outcome(r.str("outcome"))
         except ValueError:
             raise ManifestCorruptError(f"{what} at {where}: unknown outcome {obj.get('outcome')!r}") from None
+        txn = Txn.from_json(obj["txn"], where=f"{where}: txn") if obj.get("txn") is not None else None
         return cls(position=position, job_id=r.str("jobId"), bucket=r.str("bucket"), table=obj.get("table", ""),
                    outcome=outcome, time_ms=r.int("time"), hostname=r.str("hostname"),
-                   reason=r.str("reason", optional=True) or "", writer=r.str("writer", optional=True) or "")
+                   reason=r.str("reason", optional=True) or "", writer=r.str("writer", optional=True) or "",
+                   by=r.str("by", optional=True) or "", txn=txn)
+
+
+@dataclass(frozen=True)
+class Txn:
+    """One version of one application, committed to a table: a streaming query's micro-batch, or a scheduled
+    job's run (the way Delta Lake's ``txnAppId`` / ``txnVersion`` make a re-run a no-op). Carried on the
+    committed end of its job's place, and kept in the order's checkpoint when that place is collected: "was
+    version V of application A committed here?" is one fact, written with the commit."""
+
+    app_id: str
+    version: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"app": self.app_id, "version": self.version}
+
+    @classmethod
+    def from_json(cls, value: Any, *, where: str) -> "Txn":
+        r = Reader(value if isinstance(value, dict) else {}, what="application version", where=where)
+        if not isinstance(value, dict):
+            raise ManifestCorruptError(f"application version at {where} must be an object")
+        app = r.str("app")
+        if not app or len(app) > MAX_APP_ID:
+            raise ManifestCorruptError(f"application version at {where}: app id must be 1-{MAX_APP_ID} characters")
+        return cls(app, r.int("version"))
+
+
+#: An application id is at most this long (a streaming query's UUID is 36 characters).
+MAX_APP_ID = 200
+
+
+@dataclass(frozen=True)
+class TxnRecord:
+    """The newest committed version of one application, as a checkpoint keeps it."""
+
+    version: int
+    position: int
+    job_id: str
+
+
+@dataclass(frozen=True)
+class OrderCheckpoint:
+    """What the order's garbage collection keeps of the places it deletes: every place up to ``through`` has
+    ended (committed or rolled back), and the newest committed version of each application. Its size grows
+    with the number of applications, never with the number of jobs: a table with a million jobs and one stream
+    has a checkpoint of about 200 bytes."""
+
+    bucket: str
+    table: str
+    through: int
+    txns: dict[str, TxnRecord]
+    time_ms: int
+
+    def to_bytes(self) -> bytes:
+        return dumps({
+            "kind": CHECKPOINT_KIND, "version": 1, "bucket": self.bucket, "table": self.table, "through": self.through,
+            "time": self.time_ms,
+            "txns": {app: {"version": t.version, "position": t.position, "jobId": t.job_id}
+                     for app, t in sorted(self.txns.items())},
+        })
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, where: str, table: Table, through: int) -> "OrderCheckpoint":
+        what = "order checkpoint"
+        obj = loads_object(data, what=what, where=where)
+        check_kind(obj, kind=CHECKPOINT_KIND, versions=(1,), what=what, where=where)
+        r = Reader(obj, what=what, where=where)
+        _scope(r, table, what, where)
+        if r.int("through", minimum=1) != through:
+            raise ManifestCorruptError(f"{what} at {where} names another position than its key; refused")
+        raw = obj.get("txns")
+        if not isinstance(raw, dict):
+            raise ManifestCorruptError(f"{what} at {where}: txns must be an object")
+        txns: dict[str, TxnRecord] = {}
+        for app, value in raw.items():
+            t = r.obj_of(value, f"{where}: txns[{app!r}]")
+            if not app or len(app) > MAX_APP_ID:
+                raise ManifestCorruptError(f"{what} at {where}: app id {app!r} must be 1-{MAX_APP_ID} characters")
+            txns[app] = TxnRecord(t.int("version"), t.int("position", minimum=1), t.str("jobId"))
+        return cls(bucket=r.str("bucket"), table=obj.get("table", ""), through=through, txns=txns,
+                   time_ms=r.int("time"))
 
 
 def table_paths(table: Table, destination_path: str, rels: tuple[str, ...] | list[str]) -> tuple[str, ...]:
@@ -168,6 +286,3 @@ def table_paths(table: Table, destination_path: str, rels: tuple[str, ...] | lis
         return (destination_path,)
     return tuple(joined)
 
-
-def touched_by(entries: list[OrderEntry], paths: tuple[str, ...]) -> list[OrderEntry]:
-    return [e for e in entries if e.overlaps(paths)]
