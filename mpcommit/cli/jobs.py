@@ -3,6 +3,7 @@ with the stuck ones (see :mod:`mpcommit.protocol.inventory` and :mod:`mpcommit.p
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import replace
 
@@ -126,22 +127,22 @@ def recover_command(ctx: click.Context, uri: str, job_id: str | None, older_than
     dest = destination(uri)
     store = cli_context(ctx).store()
     out = out_console()
-    actions: list[RecoveryAction] = []
-
-    def on_action(a: RecoveryAction) -> None:
-        actions.append(a)
-        if not as_json:
-            style = {RecoveryOutcome.FAILED: "bold red", RecoveryOutcome.SKIPPED: "dim"}.get(a.action, "")
-            out.print(Text.assemble((f"{a.action.value:<12}", style), f" {a.job_id}  {a.detail}"))
-
     with ProgressBars() as progress, progress.status(f"Recovering jobs under {dest.uri}"):
-        recover(dest, store=store, job_id=job_id, older_than=older_than, on_action=on_action, dry_run=dry_run)
+        actions = recover(dest, store=store, job_id=job_id, older_than=older_than, dry_run=dry_run)
+    # The result only once the spinner is gone and every note the library logged on stderr while recovering is
+    # out: printed job by job, a later job's note landed after an earlier job's line, in the middle of whatever
+    # read the two streams next (issue 40).
+    sys.stderr.flush()
     missing = job_id is not None and not actions
     ok = not missing and not any(a.action is RecoveryOutcome.FAILED for a in actions)
     if as_json:
         print_json({"uri": dest.uri, "actions": [_action_json(a) for a in actions], "ok": ok})
     elif not actions and not missing:
         out.print(f"No jobs under {dest.uri}: nothing to recover.")
+    else:
+        for a in actions:
+            style = {RecoveryOutcome.FAILED: "bold red", RecoveryOutcome.SKIPPED: "dim"}.get(a.action, "")
+            out.print(Text.assemble((f"{a.action.value:<12}", style), f" {a.job_id}  {a.detail}"))
     if missing:
         fail(f"no job {job_id} has records under {dest.uri}")
     if not ok:
