@@ -95,6 +95,7 @@ def test_extension(name: str, options: dict | None, ext: str) -> None:
     ("parquet", {"compression": "lzo"}, "does not support compression 'lzo'"),
     ("csv", {"compression": "snappy"}, "does not support compression 'snappy'"),
     ("csv", {"headr": "true"}, "does not know option(s) 'headr'"),
+    ("csv", {"headr": "true", "delimitr": ";"}, "did you mean 'header' for 'headr', 'delimiter' for 'delimitr'"),
     ("csv", {"header": "maybe"}, "must be true or false"),
     ("csv", {"sep": ""}, "must be one or more characters"),
     ("csv", {"quote": ""}, "must be one character"),
