@@ -86,7 +86,8 @@ def _summarize(report: CleanupReport) -> dict[str, object]:
     return {
         "uri": report.scope.uri, "listed": report.listed, "selected": len(plan.selected) if plan else 0,
         "aborted": len(report.aborted), "bytesFreed": report.bytes_freed, "vanished": len(report.vanished),
-        "protected": len(plan.protected) if plan else 0, "skipped": len(report.skipped), "failed": len(report.failed),
+        "notMatched": plan.not_matched if plan else 0, "protected": len(plan.protected) if plan else 0,
+        "skipped": len(report.skipped), "failed": len(report.failed),
         "notDone": len(report.not_done), "dryRun": report.dry_run, "cancelled": report.cancelled,
         "seconds": round(report.seconds, 3), "ok": report.ok,
     }
@@ -139,6 +140,8 @@ def command(uris: tuple[str, ...], older_than: float | None, job_id: str | None,
             ok = False
             continue
         if report.plan is not None:
+            if report.plan.not_matched:
+                log.info("left %d upload(s) alone: %s", report.plan.not_matched, _not_matched_reason(older_than, job_id))
             for reason, count in Counter(p.reason for p in report.plan.protected).most_common():
                 log.info("protected %d upload(s): %s", count, reason)
             if dry_run:
@@ -152,13 +155,31 @@ def command(uris: tuple[str, ...], older_than: float | None, job_id: str | None,
         summaries.append(summary)
         ok = ok and report.ok
         state = "interrupted" if report.cancelled else ("dry run" if dry_run else "done")
-        log.info("summary %s (%s): listed=%d selected=%d aborted=%d bytes_freed=%d vanished=%d protected=%d "
-                 "skipped=%d failed=%d not_done=%d seconds=%.1f", scope.uri, state, summary["listed"],
+        log.info("summary %s (%s): listed=%d selected=%d aborted=%d bytes_freed=%d vanished=%d not_matched=%d "
+                 "protected=%d skipped=%d failed=%d not_done=%d %sseconds=%.1f", scope.uri, state, summary["listed"],
                  summary["selected"], summary["aborted"], summary["bytesFreed"], summary["vanished"],
-                 summary["protected"], summary["skipped"], summary["failed"], summary["notDone"], report.seconds)
+                 summary["notMatched"], summary["protected"], summary["skipped"], summary["failed"],
+                 summary["notDone"], _records_fields(summary.get("records"), dry_run=dry_run), report.seconds)
     if as_json:
         click.echo(json.dumps({"ok": ok, "destinations": summaries}, indent=2))
     return 0 if ok else 1
+
+
+def _not_matched_reason(older_than: float | None, job_id: str | None) -> str:
+    """Why uploads in the scope were not selected, for the log line that counts them."""
+    young = f"younger than {human_age(older_than)}" if older_than is not None else ""
+    other = f"not of job {job_id}" if job_id is not None else ""
+    return " or ".join(part for part in (young, other) if part)
+
+
+def _records_fields(records: dict[str, int] | None, *, dry_run: bool) -> str:
+    """The jobs' records in the summary line (``jobs_skipped=1 ...``), so that a grep of the summaries counts a
+    job left alone as it counts an upload; empty when the records were not looked at."""
+    if records is None:
+        return ""
+    names = ("would_finish", "would_roll_back", "skipped", "failed") if dry_run else (
+        "finished", "rolled_back", "skipped", "failed")
+    return "".join(f"jobs_{name}={records[name]} " for name in names)
 
 
 def _recover_records(store, uri: str, older_than: float, *, dry_run: bool, finish_commits: bool) -> dict[str, int]:  # noqa: ANN001

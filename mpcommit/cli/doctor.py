@@ -13,7 +13,8 @@ from ..operations.doctor import Diagnosis, diagnose, plan
 from ..operations.probes import BEHAVIOURS, PROBE_FOLDER, Status
 from .common import S3URI, cli_context, destination, err_console, out_console, plural, print_json
 
-_STATUS_STYLE = {Status.AS_S3: "green", Status.WORKED_AROUND: "yellow", Status.LIMITS: "red", Status.FAILED: "red"}
+_STATUS_STYLE = {Status.AS_S3: "green", Status.WORKED_AROUND: "yellow", Status.LIMITS: "red",
+                 Status.UNUSED: "dim", Status.FAILED: "red"}
 
 
 @click.command("doctor", short_help="Probe the store under S3URI: what it does, what is safe there.")

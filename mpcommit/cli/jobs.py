@@ -3,6 +3,7 @@ with the stuck ones (see :mod:`mpcommit.protocol.inventory` and :mod:`mpcommit.p
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import replace
 
@@ -16,7 +17,9 @@ from ..modes import JobState
 from ..operations.uploads import DEFAULT_THREADS, UploadScope, list_uploads
 from ..protocol.commit import JobCommitter
 from ..protocol.inventory import JobStatus, list_table_jobs, locate_job
+from ..protocol.layout import table_of
 from ..protocol.recovery import RecoveryAction, RecoveryOutcome, recover
+from ..store.s3 import S3Store
 from .common import (
     DURATION,
     JOB_ID,
@@ -41,13 +44,34 @@ def jobs() -> None:
     """Jobs under a destination's hidden prefix: writing, committing (needs recover) or committed."""
 
 
-def _status_json(s: JobStatus, now: float) -> dict[str, object]:
+def _status_json(s: JobStatus, now: float, stream: tuple[str, int] | None) -> dict[str, object]:
     age = s.age_seconds(now)
     return {
         "jobId": s.job_id, "state": s.state.value, "purpose": s.purpose, "mode": s.mode,
         "created": s.created_ms, "ageSeconds": round(age, 3) if age is not None else None, "records": s.records,
         "pendingUploads": s.pending_uploads, "pendingBytes": s.pending_bytes,
+        "stream": {"queryId": stream[0], "batchId": stream[1]} if stream is not None else None,
     }
+
+
+def _stream_batches(store: S3Store, statuses: list[JobStatus]) -> dict[str, tuple[str, int]]:
+    """Job id -> (query id, micro-batch id) for the jobs that are micro-batches of a streaming query writing their
+    table: the sink keeps one progress record per query (TABLE/_mpcommit/streams/QUERY.json), and names each
+    micro-batch's jobs by the query's hash and the batch id (mpcommit.spark.streaming.batch_job_id)."""
+    from ..spark.streaming import STREAMS_ROOT, batch_prefix
+
+    found: dict[str, tuple[str, int]] = {}
+    for table in {table_of(s.destination) for s in statuses}:
+        root = f"{table.root}{STREAMS_ROOT}"
+        for obj in store.list_objects(table.bucket, root):
+            query_id = obj.key[len(root):].removesuffix(".json")
+            if "/" in query_id or not obj.key.endswith(".json"):
+                continue
+            query = batch_prefix(query_id, 0)[:13]  # the query's part of its jobs' ids: 48 bits of its hash
+            for s in statuses:
+                if s.job_id.startswith(query + "-") and table_of(s.destination) == table:
+                    found[s.job_id] = (query_id, int(s.job_id[14:18] + s.job_id[19:23], 16))
+    return found
 
 
 @jobs.command("list")
@@ -71,9 +95,10 @@ def list_command(ctx: click.Context, uri: str, as_json: bool) -> None:
                         for s in statuses]
         else:
             statuses = [replace(s, pending_bytes=0) for s in statuses]
+        streams = _stream_batches(store, statuses) if statuses else {}
     now = time.time()
     if as_json:
-        print_json({"uri": dest.uri, "jobs": [_status_json(s, now) for s in statuses]})
+        print_json({"uri": dest.uri, "jobs": [_status_json(s, now, streams.get(s.job_id)) for s in statuses]})
         return
     out = out_console()
     if not statuses:
@@ -91,13 +116,23 @@ def list_command(ctx: click.Context, uri: str, as_json: bool) -> None:
     for s in statuses:
         cells = {
             "Job": s.job_id, "State": Text(s.state.value, style=styles.get(s.state, "")),
-            "Purpose": s.purpose or "?", "Mode": s.mode or "?", "Created": human_time(s.created_ms),
+            "Purpose": f"stream #{streams[s.job_id][1]}" if s.job_id in streams else s.purpose or "?",
+            "Mode": s.mode or "?", "Created": human_time(s.created_ms),
             "Age": human_age(s.age_seconds(now)), "Records": f"{s.records:,}", "Uploads": f"{s.pending_uploads:,}",
             "Bytes": human_bytes(s.pending_bytes),
         }
         table.add_row(*(cells[name] for name in shown))
     out.print(table)
-    if any(s.state in (JobState.COMMITTING, JobState.ROLLING_BACK) for s in statuses):
+    interrupted = [s for s in statuses if s.state in (JobState.COMMITTING, JobState.ROLLING_BACK)]
+    for s in interrupted:
+        if s.job_id in streams:
+            query_id, batch_id = streams[s.job_id]
+            # Either is safe: a recover ends the job in the table's commit order, where the query's replay of the
+            # micro-batch finds it committed (or rolled back, and writes the batch again).
+            out.print(f"Job {s.job_id} is micro-batch {batch_id} of streaming query {query_id}: restarting the query "
+                      f"on its checkpoint finishes it (Spark replays the micro-batch); `mpcommit jobs recover "
+                      f"{dest.uri} --job {s.job_id}` finishes it too, and the replay then finds it done.", soft_wrap=True)
+    if any(s.job_id not in streams for s in interrupted):
         out.print(f"A commit or rollback was interrupted: finish it with `mpcommit jobs recover {dest.uri}`.")
 
 
@@ -126,22 +161,22 @@ def recover_command(ctx: click.Context, uri: str, job_id: str | None, older_than
     dest = destination(uri)
     store = cli_context(ctx).store()
     out = out_console()
-    actions: list[RecoveryAction] = []
-
-    def on_action(a: RecoveryAction) -> None:
-        actions.append(a)
-        if not as_json:
-            style = {RecoveryOutcome.FAILED: "bold red", RecoveryOutcome.SKIPPED: "dim"}.get(a.action, "")
-            out.print(Text.assemble((f"{a.action.value:<12}", style), f" {a.job_id}  {a.detail}"))
-
     with ProgressBars() as progress, progress.status(f"Recovering jobs under {dest.uri}"):
-        recover(dest, store=store, job_id=job_id, older_than=older_than, on_action=on_action, dry_run=dry_run)
+        actions = recover(dest, store=store, job_id=job_id, older_than=older_than, dry_run=dry_run)
+    # The result only once the spinner is gone and every note the library logged on stderr while recovering is
+    # out: printed job by job, a later job's note landed after an earlier job's line, in the middle of whatever
+    # read the two streams next (issue 40).
+    sys.stderr.flush()
     missing = job_id is not None and not actions
     ok = not missing and not any(a.action is RecoveryOutcome.FAILED for a in actions)
     if as_json:
         print_json({"uri": dest.uri, "actions": [_action_json(a) for a in actions], "ok": ok})
     elif not actions and not missing:
         out.print(f"No jobs under {dest.uri}: nothing to recover.")
+    else:
+        for a in actions:
+            style = {RecoveryOutcome.FAILED: "bold red", RecoveryOutcome.SKIPPED: "dim"}.get(a.action, "")
+            out.print(Text.assemble((f"{a.action.value:<12}", style), f" {a.job_id}  {a.detail}"))
     if missing:
         fail(f"no job {job_id} has records under {dest.uri}")
     if not ok:

@@ -10,8 +10,9 @@ caller owns it and decides whether it is finished (handed to the driver) or abor
 from __future__ import annotations
 
 import abc
+import difflib
 import io
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, BinaryIO, ClassVar
 
@@ -34,6 +35,38 @@ _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 
 
+class UnknownOptionError(UsageError):
+    """Options a format does not know: ``unknown`` as given, ``accepts`` the names it takes (``aliases`` besides),
+    so that a caller that knows other options too (the data source's) can say which one was meant."""
+
+    def __init__(self, message: str, *, unknown: tuple[str, ...], accepts: tuple[str, ...],
+                 aliases: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.unknown = unknown
+        self.accepts = accepts
+        self.aliases = aliases
+
+
+def _fold(name: str) -> str:
+    return name.lower().replace("_", "").replace("-", "").replace(".", "")
+
+
+def closest(name: str, candidates: Iterable[str]) -> str | None:
+    """The candidate a misspelt option name most likely meant (case, ``_``, ``-`` and ``.`` aside), or None when
+    none is near (difflib's ratio under 0.75: ``partitionby_cols`` -> ``partitionBy``, ``bogus`` -> nothing)."""
+    folded = {_fold(c): c for c in candidates}
+    hit = difflib.get_close_matches(_fold(name), list(folded), n=1, cutoff=0.75)
+    return folded[hit[0]] if hit else None
+
+
+def did_you_mean(unknown: Iterable[str], candidates: Iterable[str]) -> str:
+    """``"; did you mean 'header'?"`` for the unknown names that have a likely meaning, else ``""``."""
+    names, pool = list(unknown), list(candidates)
+    guesses = [(name, closest(name, pool)) for name in names]
+    said = [repr(meant) if len(names) == 1 else f"{meant!r} for {name!r}" for name, meant in guesses if meant]
+    return f"; did you mean {', '.join(said)}?" if said else ""
+
+
 class Options:
     """Case-insensitive reader of a writer's options (Spark treats option names case-insensitively).
 
@@ -53,10 +86,12 @@ class Options:
                 raise UsageError(f"{what} option {name!r} is given twice (option names ignore case)")
             self._values[folded] = (name, value)
         self._known: list[str] = []
+        self._aliases: list[str] = []
 
     def _take(self, *names: str) -> tuple[str, Any] | None:
         """The first of ``names`` present (aliases); refuses two aliases given at once."""
         self._known.append(names[0])
+        self._aliases.extend(names[1:])
         found = [(n, self._values.pop(n.lower())) for n in names if n.lower() in self._values]
         if len(found) > 1:
             raise UsageError(f"{self._what} options {found[0][1][0]!r} and {found[1][1][0]!r} mean the same; give one")
@@ -115,10 +150,11 @@ class Options:
     def finish(self) -> None:
         """Refuse every option no one took."""
         if self._values:
-            unknown = ", ".join(repr(original) for original, _ in self._values.values())
-            raise UsageError(
-                f"{self._what} does not know option(s) {unknown}; it accepts: {', '.join(self._known)}"
-            )
+            unknown = tuple(original for original, _ in self._values.values())
+            raise UnknownOptionError(
+                f"{self._what} does not know option(s) {', '.join(map(repr, unknown))}; it accepts: "
+                f"{', '.join(self._known)}{did_you_mean(unknown, [*self._known, *self._aliases])}",
+                unknown=unknown, accepts=tuple(self._known), aliases=tuple(self._aliases))
 
 
 class FormatWriter(abc.ABC):

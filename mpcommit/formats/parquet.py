@@ -204,8 +204,12 @@ class _ParquetFileWriter(FormatWriter):
         self._writer.write_table(table, row_group_size=max(1, table.num_rows))
 
     def _open(self, use_dictionary: bool | list[str]) -> None:
+        # No ARROW:schema in the footer (store_schema=False), as in Spark's files: other readers (pyarrow, polars)
+        # type a column from it before its Parquet type, so an INT96 column came back as timestamp[us, <the
+        # session's zone>] where Spark's own file gives timestamp[ns], and the two tables did not concat.
         self._writer = pq.ParquetWriter(self._sink, self._file_schema, compression=self._codec,
-                                        use_dictionary=use_dictionary, use_deprecated_int96_timestamps=self._int96)
+                                        use_dictionary=use_dictionary, use_deprecated_int96_timestamps=self._int96,
+                                        store_schema=False)
 
     def close(self) -> None:
         self._flush()

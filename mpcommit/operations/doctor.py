@@ -27,9 +27,13 @@ class Feature:
     safe: bool
     why: str
     advice: str = ""
+    #: The behaviours it is judged from: a finding that says "differs, limits" names a feature judged unsafe
+    #: from it, so that "limits" always points at a "no" in the features' table.
+    probes: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"feature": self.name, "safe": self.safe, "why": self.why, "advice": self.advice}
+        return {"feature": self.name, "safe": self.safe, "why": self.why, "advice": self.advice,
+                "probes": list(self.probes)}
 
 
 @dataclass(frozen=True)
@@ -98,7 +102,7 @@ def features(findings: list[Finding] | tuple[Finding, ...]) -> list[Feature]:
         f"conditional writes do not hold here (If-None-Match: {value('put_if_none_match')}; If-Match: "
         f"{value('put_if_match')}): mpcommit refuses concurrent destructive jobs on one table",
         "S3Options(conditional_writes=True) states it and saves the per-bucket probe" if ordered else
-        "run one writing job per table at a time"))
+        "run one writing job per table at a time", ("put_if_none_match", "put_if_match")))
     listings = ok("listing_past_1000", "listing_order")
     worked = status("listing_past_1000") is Status.WORKED_AROUND or status("listing_order") is Status.WORKED_AROUND
     out.append(Feature(
@@ -109,42 +113,54 @@ def features(findings: list[Finding] | tuple[Finding, ...]) -> list[Feature]:
          "prove complete" if listings else
          f"listings cannot be trusted here ({value('listing_past_1000')}; {value('listing_order')})"),
         "" if listings and not worked else "expect InconsistentListingError where a listing cannot be proven "
-        "complete: nothing is deleted from it"))
+        "complete: nothing is deleted from it", ("listing_past_1000", "listing_order")))
     out.append(Feature(
         "pending-upload cleanup (uploads list/abort, the cleanup script)", ok("uploads_paging"),
         f"ListMultipartUploads: {value('uploads_paging')}",
-        "" if status("uploads_paging") is Status.AS_S3 else by["uploads_paging"].note if "uploads_paging" in by else ""))
+        "" if status("uploads_paging") is Status.AS_S3 else by["uploads_paging"].note if "uploads_paging" in by else "",
+        ("uploads_paging",)))
     ages = status("uploads_initiated") is Status.AS_S3
     out.append(Feature(
         "age-based cleanup (--older-than)", ages, f"Initiated of a pending upload: {value('uploads_initiated')}",
-        "" if ages else "abort by job instead: `mpcommit uploads abort S3URI --job ID`"))
+        "" if ages else "abort by job instead: `mpcommit uploads abort S3URI --job ID`", ("uploads_initiated",)))
     lifecycle = status("lifecycle") is Status.AS_S3
     out.append(Feature(
         "lifecycle safety net (mpcommit lifecycle)", lifecycle, f"bucket lifecycle: {value('lifecycle')}",
         "`mpcommit lifecycle BUCKET --abort-incomplete-days 7`" if lifecycle else
-        "schedule `mpcommit uploads abort S3URI --older-than 7d --yes` (or scripts/cleanup_orphaned_uploads.py)"))
-    repeat = status("complete_twice") is Status.AS_S3 or status("multipart_etag") is Status.AS_S3
+        "schedule `mpcommit uploads abort S3URI --older-than 7d --yes` (or scripts/cleanup_orphaned_uploads.py)",
+        ("lifecycle",)))
+    repeat = ok("complete_twice", "multipart_etag") and (
+        status("complete_twice") is Status.AS_S3 or status("multipart_etag") is Status.AS_S3)
     out.append(Feature(
         "retried completes and recovery", repeat,
         f"a repeated complete: {value('complete_twice')}; multipart ETag: {value('multipart_etag')}",
         "" if repeat else "a recovery cannot recognise files it completed before a crash: it stops with "
-        "CommitStateUnknownError; check such files by hand (`mpcommit show`, the journal) before re-running"))
+        "CommitStateUnknownError; check such files by hand (`mpcommit show`, the journal) before re-running",
+        ("complete_twice", "multipart_etag")))
+    turns = ok("delete_if_match")
+    out.append(Feature(
+        "one finisher per commit (a driver and `jobs recover` take turns)", turns,
+        f"DeleteObject If-Match: {value('delete_if_match')}",
+        "" if turns else "run one `mpcommit jobs recover` per job at a time, and not while its driver may still be "
+        "committing", ("delete_if_match",)))
     copies = status("copy_range") is Status.AS_S3
     pinned = status("copy_if_match") is Status.AS_S3
     out.append(Feature(
-        "compaction (merge=MergePolicy(), mpcommit compact)", copies,
-        f"UploadPartCopy ranges: {value('copy_range')}; CopySourceIfMatch: {value('copy_if_match')}",
-        "" if copies and pinned else
-        "compact only while no job writes the table (sources are not pinned by ETag here)" if copies else
-        "do not merge or compact on this store"))
+        "compaction (merge=MergePolicy(), mpcommit compact)", copies, f"UploadPartCopy ranges: {value('copy_range')}",
+        "" if copies else "do not merge or compact on this store", ("copy_range",)))
+    out.append(Feature(
+        "compaction while jobs write the table", copies and pinned, f"CopySourceIfMatch: {value('copy_if_match')}",
+        "" if copies and pinned else "compact only while no job writes the table (sources are not pinned by ETag "
+        "here)" if copies else "do not merge or compact on this store", ("copy_range", "copy_if_match")))
     crc = status("part_checksum") is Status.AS_S3
     out.append(Feature(
         "part integrity (CRC32 per part)", status("part_checksum") is not Status.LIMITS,
         f"UploadPart ChecksumCRC32: {value('part_checksum')}",
-        "" if crc else "the store does not verify parts: corruption in transit is caught only by the echo, if any"))
+        "" if crc else "the store does not verify parts: corruption in transit is caught only by the echo, if any",
+        ("part_checksum",)))
     nested = status("key_and_folder") is Status.AS_S3
     out.append(Feature(
         "destinations below an object's key", nested, f"an object `a` beside `a/b`: {value('key_and_folder')}",
-        "" if nested else "choose destinations whose prefix is not also an object's key"))
+        "" if nested else "choose destinations whose prefix is not also an object's key", ("key_and_folder",)))
     return out
 

@@ -55,6 +55,7 @@ class Status(str, Enum):
     AS_S3 = "as S3"          # behaves as AWS S3 documents
     WORKED_AROUND = "differs, handled"   # differs; mpcommit copes (a fallback, a check of its own)
     LIMITS = "differs, limits"          # differs; a feature is unsafe or unavailable there (doctor says which)
+    UNUSED = "differs, unused"          # differs in a request mpcommit does not send: it limits no feature
     FAILED = "probe failed"  # the probe could not tell (an unexpected error; the detail says which)
 
 
@@ -172,23 +173,31 @@ def _delete_if_match(run: ProbeRun) -> Finding:
                           IfMatch='"00000000000000000000000000000000"')
     except PreconditionFailedError:
         pass
+    except UnsupportedRequestError as exc:
+        return Finding(probe, _refusal(exc), Status.WORKED_AROUND, _UNCONDITIONAL_RELEASE, str(exc))
     except StoreError as exc:
-        return Finding(probe, _refusal(exc), Status.LIMITS, _NO_CONDITIONAL_DELETE, str(exc))
+        return Finding(probe, _refusal(exc), Status.WORKED_AROUND, _TURN_STAYS, str(exc))
     else:
         still = run.store.head_object(run.bucket, key) is not None
         return Finding(probe, "ignored: " + ("kept the key but answered success" if still else "deleted the key"),
-                       Status.LIMITS, _NO_CONDITIONAL_DELETE)
+                       Status.LIMITS, _TURN_NOTE)
     try:
         run.store.request("delete_object", bucket=run.bucket, key=key, Key=key, IfMatch=etag)
     except StoreError as exc:
-        return Finding(probe, f"412 on a stale ETag, but refused the current one: {_code(exc)}", Status.LIMITS,
-                       _NO_CONDITIONAL_DELETE, str(exc))
+        return Finding(probe, f"412 on a stale ETag, but refused the current one: {_code(exc)}", Status.WORKED_AROUND,
+                       _TURN_STAYS, str(exc))
     return Finding(probe, "412 on a stale ETag", Status.AS_S3)
 
 
 _NO_CONDITIONAL = ("concurrent jobs on one table cannot be ordered by the store: mpcommit refuses to race "
                    "concurrent destructive jobs on one table there (SPEC I9); run one at a time")
-_NO_CONDITIONAL_DELETE = "a delete cannot be made conditional on the object being unchanged"
+#: protocol/commit/turn.py's fallback where the store refuses a conditional delete (LocalStack 4.13).
+_UNCONDITIONAL_RELEASE = ("a finisher gives its turn back by reading it first and deleting it only while it still "
+                          "holds its own bytes (one that took the turn over wrote others)")
+_TURN_STAYS = ("a finisher's turn given back after a failed finish stays until its lease ends: the next finisher "
+               "waits that long")
+_TURN_NOTE = ("a finisher giving its turn back after a failure can delete a turn another finisher took over "
+              "meanwhile, so that two finish one commit side by side: run one `mpcommit jobs recover` per job at a time")
 
 
 # ---------------------------------------------------------------- listings
@@ -500,7 +509,7 @@ def _aborted_upload_part(run: ProbeRun) -> Finding:
     except StoreError as exc:
         return Finding(probe, f"refused, but with {_code(exc)}", Status.WORKED_AROUND,
                        "the part is refused all the same (a 5xx is retried first, then fails the attempt)", str(exc))
-    return Finding(probe, "accepted", Status.LIMITS,
+    return Finding(probe, "accepted", Status.WORKED_AROUND,
                    "a task attempt still writing after its upload was aborted is not stopped by the store; "
                    "its upload can never be completed, and cleanup aborts it again")
 
@@ -542,6 +551,9 @@ class Behaviour:
     why: str          # what mpcommit relies on it for
     aws: str          # AWS S3's documented behaviour (from its docs, not measured here)
     aws_source: str   # where AWS documents it
+    #: Whether mpcommit sends this request today; where it does not, a store that differs limits nothing
+    #: (Status.UNUSED), and `doctor` must not say "limits" for it.
+    used: bool = True
 
 
 @dataclass(frozen=True)
@@ -569,9 +581,10 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
     Behaviour("complete_if_none_match", "CompleteMultipartUpload `If-None-Match: *` on an existing key",
               "a file completed only where no other file is (SPEC I9); S3Store offers it, the commit does not send "
               "it yet",
-              "412 Precondition Failed", _AWS_CONDITIONAL),
+              "412 Precondition Failed", _AWS_CONDITIONAL, used=False),
     Behaviour("delete_if_match", "DeleteObject `If-Match` with a stale ETag",
-              "a delete that must not remove an object replaced meanwhile; mpcommit does not send it yet",
+              "a finisher of a job's commit (its driver, a `jobs recover`) gives its turn (JOB/finishing.json) back "
+              "only while no other finisher took it over (protocol/commit/turn.py)",
               "412 Precondition Failed", "https://docs.aws.amazon.com/AmazonS3/latest/userguide/conditional-deletes.html"),
     Behaviour("listing_past_1000", f"ListObjectsV2 of {LISTING_KEYS:,} keys holding `=` (URL-encoded, botocore's default)",
               "overwrite, recovery and cleanup act on listings, and a key lost from one is old data left visible "
@@ -627,6 +640,7 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
               _AWS_API + "API_GetBucketLifecycleConfiguration.html"),
 )
 BEHAVIOUR_IDS = tuple(b.id for b in BEHAVIOURS)
+BY_ID = {b.id: b for b in BEHAVIOURS}
 
 
 def _one(fn: Callable[[ProbeRun], Finding]) -> Callable[[ProbeRun], list[Finding]]:
@@ -709,7 +723,7 @@ def run_probes(store: S3Store, bucket: str, base: str, *, progress: Callable[[st
             progress(f"probing {check.name}")
             try:
                 for finding in check.run(run):
-                    by_id[finding.probe] = finding
+                    by_id[finding.probe] = judged(finding)
             except StoreError as exc:
                 for behaviour_id in check.behaviours:
                     by_id.setdefault(behaviour_id, Finding(behaviour_id, f"probe failed: {_code(exc)}", Status.FAILED,
@@ -718,6 +732,14 @@ def run_probes(store: S3Store, bucket: str, base: str, *, progress: Callable[[st
         progress("cleaning up the probe keys")
         cleanup(run)
     return [by_id[b] for b in BEHAVIOUR_IDS if b in by_id]
+
+
+def judged(finding: Finding) -> Finding:
+    """``finding`` as ``doctor`` and the matrix show it: a store that differs in a request mpcommit does not send
+    limits nothing, whatever the probe made of the answer."""
+    if BY_ID[finding.probe].used or finding.status in (Status.AS_S3, Status.FAILED):
+        return finding
+    return replace(finding, status=Status.UNUSED, note="mpcommit does not send this request: nothing depends on it")
 
 
 def cleanup(run: ProbeRun) -> tuple[int, int]:

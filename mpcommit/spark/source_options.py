@@ -42,6 +42,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
+from ..formats import make_format
+from ..formats.base import UnknownOptionError, did_you_mean
 from ..options import S3Options, WriterSettings
 from ..units import parse_size
 from .request import Settings, WriteRequest, to_str, translate
@@ -112,18 +114,49 @@ def parse(options: Mapping[str, str], *, overwrite: bool, session: Recorder, str
     leftover = sorted(given for given, _ in own.values())
     if leftover:
         raise UsageError(f"unknown mpcommit option(s) {', '.join(map(repr, leftover))}: see the options of "
-                         "mpcommit.spark.source_options (or README, 'The data source'). Nothing was written.")
+                         "mpcommit.spark.source_options (or README, 'The data source')"
+                         f"{did_you_mean(leftover, NAMES) or '.'} Nothing was written.")
     from .request import check_all_partition_columns, resolve_format
 
     if columns is not None:
         check_all_partition_columns(columns, list(partition_by))
     request = translate(rest, path=path, mode=mode, partition_by=list(partition_by),
                         source=resolve_format(fmt) if fmt is not None else None, session=session, settings=settings)
+    _check_format_options(request)
     return SourceOptions(request, checkpoint)
+
+
+def _check_format_options(request: WriteRequest) -> None:
+    """The format's refusal of an option it does not know, given here, where every option of the data source is
+    known: a misspelt option may be one of them (``partitionby_cols`` -> ``partitionBy``), which the format alone
+    cannot name. Other refusals of the format's options come from the plan, as for every door."""
+    options = {name: value for name, value in request.options.items() if fold(name) != "maxrecordsperfile"}
+    try:
+        make_format(request.format, options)
+    except UnknownOptionError as exc:
+        raise UsageError(
+            f"{request.format} does not know option(s) {', '.join(map(repr, exc.unknown))}; it accepts: "
+            f"{', '.join(exc.accepts)}, besides the data source's own (mpcommit.spark.source_options)"
+            f"{did_you_mean(exc.unknown, [*exc.accepts, *exc.aliases, *NAMES]) or '.'} Nothing was written.") from None
 
 
 _OWN = {"path", "format", "partitionby", "savemode", "table", "catalog", "merge", "maxopenwriters", "committhreads",
         "overwritebucketroot", "schemamismatch", "checkpointlocation"}
+
+
+def _camel(field_name: str) -> str:
+    head, *rest = field_name.split("_")
+    return head + "".join(word.capitalize() for word in rest)
+
+
+#: Every option of the data source as the table above spells it, besides the format's: what a misspelt name is
+#: compared with.
+NAMES = (
+    "path", "format", "partitionBy", "saveMode", "table", "catalog", "merge", "maxOpenWriters", "commitThreads",
+    "overwriteBucketRoot", "schemaMismatch", "checkpointLocation", "partitionOverwriteMode", "maxRecordsPerFile",
+    "outputTimestampType", "merge.smallFileAvg", "merge.targetSize", "glue.endpointUrl", "glue.catalogId",
+    *(f"s3.{_camel(f.name)}" for f in _S3_FIELDS.values()), *(f"writer.{_camel(f.name)}" for f in _WRITER_FIELDS.values()),
+)
 
 _NO_PATH = ("'path' is not specified: give the destination, df.write.format('mpcommit')...save('s3://bucket/table'), "
             "or the 'path' option. Nothing was written.")

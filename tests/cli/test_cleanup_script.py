@@ -118,6 +118,38 @@ def test_dead_jobs_records_go_and_interrupted_commits_are_left_for_a_person(moto
     assert re.search(rf"job {stuck.job_id} skipped: its commit was interrupted: finish it with `mpcommit jobs "
                      "recover", result.stderr), result.stderr
     assert result.json()["destinations"][0]["records"]["rolled_back"] == 1
+    # moto dates every upload 2010: the stuck job's is old enough, and protected.
+    assert re.search(r"summary \S+ \(done\): .* protected=1 .* jobs_finished=0 jobs_rolled_back=1 jobs_skipped=1 "
+                     r"jobs_failed=0 ", result.stderr), result.stderr
     assert not job_records(backend.client, bucket, "t", dead.job_id)
     assert job_records(backend.client, bucket, "t", stuck.job_id)  # left for a person: its data waits
     assert len(pending_uploads(backend.client, bucket, "t")) == 1
+
+
+def test_the_summary_counts_what_was_left_alone_and_why(server_backend):
+    """Issue 40: right after a job was killed, `--older-than 2d` logged `job ...: skipped: it was active ...` and
+    then summed up `selected=0 ... protected=0 skipped=0`, as if nothing had been there. The summary line counts
+    the uploads left because they are too young and the jobs whose records were skipped, so that a grep of the
+    summaries finds them. (A server of its own: moto dates every upload 2010, so none is ever too young.)"""
+    from mpcommit import Job
+    from tests.support.jobs import write_task
+
+    backend = server_backend
+    bucket = backend.new_bucket()
+    uri = f"s3://{bucket}/t"
+    killed = Job.create(uri, s3=backend.options)  # beats its heartbeat: active a moment ago
+    try:
+        write_task(killed, 0, {"dt=1": b"x\n", "dt=2": b"y\n", "dt=3": b"z\n"}, commit=False)
+        result = run_script(backend)("--older-than", "2d", "--json", uri)
+    finally:
+        killed.abort()
+    assert result.returncode == 0, result
+    assert re.search(rf"job {killed.job_id} skipped: ", result.stderr), result.stderr
+    assert re.search(r" INFO left 3 upload\(s\) alone: younger than 2d 0h$", result.stderr, re.M), result.stderr
+    summary = re.search(r"summary \S+ \(done\): (.*)$", result.stderr, re.M)
+    assert summary, result.stderr
+    counts = dict(field.split("=") for field in summary.group(1).split())
+    assert (counts["listed"], counts["selected"], counts["not_matched"], counts["protected"]) == ("3", "0", "3", "0")
+    assert (counts["jobs_skipped"], counts["jobs_rolled_back"], counts["jobs_finished"]) == ("1", "0", "0")
+    destination = result.json()["destinations"][0]
+    assert destination["notMatched"] == 3 and destination["records"]["skipped"] == 1

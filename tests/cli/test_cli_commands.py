@@ -248,6 +248,38 @@ def test_jobs_list_recover_and_abort_on_moto(moto_backend):
     assert_clean_error(mpcommit("jobs", "recover", uri, "--job", job.job_id), 1, "no job")
 
 
+def test_recover_prints_its_result_after_every_note(moto_backend):
+    """Issue 40: `jobs recover` printed each job's result on stdout as it went, and a note the library logs on
+    stderr while recovering the next job landed after it -- in the middle of the next command's output when both
+    went to one pipe. Notes first, the result last: here the second job's note (its manifest is unreadable) comes
+    before the first job's result line."""
+    from mpcommit.options import OrderSettings
+
+    backend = moto_backend
+    bucket = backend.new_bucket()
+    uri = f"s3://{bucket}/t"
+    quiet = OrderSettings(heartbeat_seconds=3600, lease_seconds=7200)  # one beat, at creation: soon idle
+    first = Job.create(uri, s3=backend.options, order=quiet, job_id="00000000-0000-4000-8000-000000000001")
+    second = Job.create(uri, s3=backend.options, order=quiet, job_id="ffffffff-0000-4000-8000-000000000002")
+    for job in (first, second):
+        with job.spec.task(0, 0) as task:
+            with task.create(partition="dt=1", ext="txt") as out:
+                out.write(b"x\n")
+            task.commit()
+    manifests = backend.client.list_objects_v2(Bucket=bucket, Prefix=f"t/_temporary/mpcommit/{second.job_id}/tasks/")
+    for obj in manifests["Contents"]:
+        backend.client.put_object(Bucket=bucket, Key=obj["Key"], Body=b"not a manifest")
+    time.sleep(1.5)
+    p = subprocess.run([*mpcommit_command(), "--endpoint-url", backend.endpoint_url, "jobs", "recover", uri,
+                        "--older-than", "1s"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       env=cli_env(), stdin=subprocess.DEVNULL, timeout=120)
+    assert p.returncode == 0, p.stdout
+    lines = p.stdout.splitlines()
+    note = next(i for i, line in enumerate(lines) if "skipping unreadable manifest" in line)
+    results = [i for i, line in enumerate(lines) if line.startswith("rolled_back ")]
+    assert len(results) == 2 and note < min(results), p.stdout
+
+
 def test_global_options_may_follow_the_command(moto_backend):
     bucket = moto_backend.new_bucket()
     url = moto_backend.endpoint_url

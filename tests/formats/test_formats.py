@@ -95,6 +95,7 @@ def test_extension(name: str, options: dict | None, ext: str) -> None:
     ("parquet", {"compression": "lzo"}, "does not support compression 'lzo'"),
     ("csv", {"compression": "snappy"}, "does not support compression 'snappy'"),
     ("csv", {"headr": "true"}, "does not know option(s) 'headr'"),
+    ("csv", {"headr": "true", "delimitr": ";"}, "did you mean 'header' for 'headr', 'delimiter' for 'delimitr'"),
     ("csv", {"header": "maybe"}, "must be true or false"),
     ("csv", {"sep": ""}, "must be one or more characters"),
     ("csv", {"quote": ""}, "must be one character"),
@@ -420,3 +421,27 @@ def test_parquet_timestamp_types_as_sparks_output_timestamp_type() -> None:
     assert "isAdjustedToUTC=false" in columns["ntz"][1] and "isAdjustedToUTC=true" in columns["ts"][1]
     with pytest.raises(UsageError, match="outputTimestampType must be INT96, TIMESTAMP_MICROS or TIMESTAMP_MILLIS"):
         ParquetFormat(timestamp_type="INT64")
+
+
+@pytest.mark.parametrize("timestamp_type,read_as", [
+    ("INT96", pa.timestamp("ns")),  # Spark's default; what pyarrow and polars make of Spark's own INT96 files
+    ("TIMESTAMP_MICROS", pa.timestamp("us", tz="UTC")),
+    ("TIMESTAMP_MILLIS", pa.timestamp("ms", tz="UTC")),
+])
+def test_parquet_footer_lets_readers_type_timestamps_as_in_sparks_files(timestamp_type: str,
+                                                                        read_as: pa.DataType) -> None:
+    """Spark hands Python its timestamps in the session's zone (here Europe/Paris); Spark's writer puts no
+    ``ARROW:schema`` in the footer, so other readers type a column from its Parquet type alone. mpcommit's files
+    must do the same: with the Arrow schema in the footer, pyarrow read an INT64 column in the session's zone
+    where Spark's file gives UTC, and polars an INT96 one as ``Datetime(us, 'Etc/UTC')`` where Spark's gives
+    ``Datetime(ns)``, so a concat of the two tables failed (issue 40)."""
+    from mpcommit.formats.parquet import ParquetFormat
+
+    instant = dt.datetime(2024, 3, 1, 12, 30, 1, 123000, tzinfo=UTC)
+    zoned = pa.array([instant], pa.timestamp("us", tz="UTC")).cast(pa.timestamp("us", tz="Europe/Paris"))
+    data, _ = write_file(ParquetFormat(timestamp_type=timestamp_type), [pa.record_batch({"ts": zoned})])
+    column = pq.read_table(pa.BufferReader(data)).column("ts")
+    assert column.type == read_as
+    assert column.cast(pa.timestamp("us", tz="UTC")).to_pylist() == [instant]
+    # pyarrow types INT96 from the Parquet type alone; polars takes the Arrow schema when there is one.
+    assert b"ARROW:schema" not in (pq.read_metadata(pa.BufferReader(data)).metadata or {})

@@ -34,16 +34,45 @@ def test_a_store_as_aws_documents_is_safe_for_every_feature():
     ("uploads_initiated", "age-based cleanup", "--job ID"),
     ("lifecycle", "lifecycle safety net", "--older-than 7d"),
     ("copy_range", "compaction", "do not merge or compact"),
-    ("copy_if_match", "compaction", "compact only while no job writes"),
+    ("copy_if_match", "compaction while jobs write", "compact only while no job writes"),
+    ("delete_if_match", "one finisher per commit", "one `mpcommit jobs recover` per job at a time"),
     ("key_and_folder", "destinations below", "not also an object's key"),
     ("listing_past_1000", "overwrite, recovery and cleanup", "InconsistentListingError"),
 ])
 def test_each_limit_names_the_feature_and_what_to_do(probe, name, advice):
     judged = feature(as_s3(**{probe: ("something else", Status.LIMITS)}), name)
     assert advice in judged.advice
-    if probe != "copy_if_match":  # ranges still copy right: compaction stays usable with care
-        assert not judged.safe
-    assert all(f.safe for f in features(as_s3(**{probe: ("something else", Status.LIMITS)})) if f.name != judged.name)
+    assert not judged.safe and probe in judged.probes
+    assert all(f.safe for f in features(as_s3(**{probe: ("something else", Status.LIMITS)})) if probe not in f.probes)
+
+
+#: Behaviours mpcommit relies on that no feature is judged from: their probes answer "as S3" or "differs, handled"
+#: only (mpcommit copes with every answer seen), never "differs, limits". A new behaviour belongs to a feature, or
+#: here once its probe is shown never to say "limits".
+JUDGED_BY_NO_FEATURE = {"multipart_last_modified", "part_size_minimum", "aborted_upload_part", "delete_objects_quiet"}
+
+
+def test_every_limit_points_at_a_feature_judged_unsafe_from_it():
+    """Issue 40: `DeleteObject If-Match ... | differs, limits` on LocalStack, while every feature said yes: a row that
+    says "limits" must point at a "no" in the features' table, or "limits" means nothing."""
+    used = {b.id for b in BEHAVIOURS if b.used}
+    judged = {p for f in features(as_s3()) for p in f.probes}
+    assert used - judged == JUDGED_BY_NO_FEATURE
+    for probe in sorted(used & judged):
+        unsafe = [f for f in features(as_s3(**{probe: ("something else", Status.LIMITS)})) if not f.safe]
+        assert any(probe in f.probes for f in unsafe), probe
+
+
+def test_a_request_mpcommit_does_not_send_differs_unused():
+    unsent = [b.id for b in BEHAVIOURS if not b.used]
+    assert unsent == ["complete_if_none_match"]
+    shown = probes.judged(Finding("complete_if_none_match", "ignored: replaced the key", Status.LIMITS, "a limit"))
+    assert (shown.status, shown.status.value) == (Status.UNUSED, "differs, unused")
+    assert "does not send" in shown.note
+    for status in (Status.AS_S3, Status.FAILED):
+        assert probes.judged(Finding("complete_if_none_match", "x", status)).status is status
+    sent = Finding("put_if_none_match", "ignored: replaced the key", Status.LIMITS, "a limit")
+    assert probes.judged(sent) == sent
 
 
 def test_a_behaviour_not_probed_is_not_taken_for_safe():

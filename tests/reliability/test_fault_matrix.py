@@ -293,3 +293,36 @@ def test_the_driver_script_writes_and_commits_a_task_when_no_fault_is_set(moto_b
                           capture_output=True, timeout=120, cwd=REPO, check=True)
     result = TaskResult.from_bytes(proc.stdout, destination=scene.destination, job_id=plan.JOB_ID)
     assert result.task_id == 2 and result.files == 1
+
+
+def test_the_i6_check_tells_a_live_jobs_own_heartbeat_from_anyone_elses_write(moto_backend):
+    """Issue 40: on a busy machine a case ran longer than the scene's other job's heartbeat interval (10 s), its
+    own beat rewrote its alive.json between the checker's two snapshots, and I6 blamed the job under test. Here
+    the other job beats every 0.2 s, so that its own beats fall between the snapshots on any machine: they pass
+    the check, while the same key written by another process, or by a second heartbeat of this one, fails it."""
+    import time
+
+    from mpcommit.options import OrderSettings
+    from tests.support.invariants import InvariantViolation
+
+    bucket = moto_backend.new_bucket("mpc-rel")
+    client = moto_backend.client
+    live = Job.create(f"s3://{bucket}/t", s3=moto_backend.options, order=OrderSettings(heartbeat_seconds=0.2))
+    key = f"t/_temporary/mpcommit/{live.job_id}/alive.json"
+    try:
+        before = bucket_state(client, bucket)
+        deadline = time.monotonic() + 60
+        while (after := bucket_state(client, bucket)).objects[key] == before.objects[key]:
+            assert time.monotonic() < deadline, "the job did not beat its heartbeat within a minute"
+            time.sleep(0.1)
+        check_others_untouched(before, after, job_ids=[plan.JOB_ID])  # its own beat: not the job under test's doing
+
+        # Written by someone else, the job's next conditional beat fails and it stops beating: the key stays so.
+        beat = json.loads(after.heartbeats[key])
+        for body in ({**beat, "pid": beat["pid"] + 1, "beat": beat["beat"] + 1},  # another process
+                     {**beat, "beat": 1}):  # a second heartbeat of this process (a recovery taking the job over)
+            client.put_object(Bucket=bucket, Key=key, Body=json.dumps(body).encode())
+            with pytest.raises(InvariantViolation, match=f"I6 violated: {key} .* was rewritten"):
+                check_others_untouched(after, bucket_state(client, bucket), job_ids=[plan.JOB_ID])
+    finally:
+        live.abort()

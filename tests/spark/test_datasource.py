@@ -164,6 +164,7 @@ def test_sql_insert_into_and_overwrite_a_view_commit_through_mpcommit(source, mo
 
 @pytest.mark.parametrize("options,match", [
     ({"bogus": "1"}, r"parquet does not know option\(s\) 'bogus'"),
+    ({"partitionby_cols": "dt"}, r"'partitionby_cols'.*did you mean 'partitionBy'\?"),  # issue 40
     ({"s3.bogus": "1"}, "unknown mpcommit option.*'s3.bogus'"),
     ({"format": "orc"}, "format 'orc': mpcommit writes parquet, csv, json"),
     ({"path": "hdfs://nn/t"}, "'hdfs://nn/t' is not an S3 URI"),

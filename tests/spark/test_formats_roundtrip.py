@@ -111,6 +111,32 @@ def test_parquet_timestamps_follow_the_sessions_output_timestamp_type(spark, mot
     assert pq.read_table(pa.BufferReader(data)).column("ts").to_pylist()[0] == want
 
 
+@pytest.mark.parametrize("settings", [
+    {},  # INT96, the session's zone
+    {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS", "spark.sql.session.timeZone": "Europe/Paris"},
+], ids=["int96", "micros-paris"])
+def test_other_readers_type_an_mpcommit_parquet_file_as_sparks_own(spark, frame, moto_backend, tmp_path,
+                                                                   settings) -> None:  # noqa: ANN001
+    """pyarrow (and polars, which reads the same footer) type every column of mpcommit's file as they type Spark's
+    own writer's file of the same DataFrame written in the same session, so the two tables concat without a cast.
+    Issue 40: the Arrow schema in mpcommit's footer made polars read an INT96 ``ts`` as ``Datetime(us, 'Etc/UTC')``
+    (Spark's: ``Datetime(ns)``) and pyarrow an INT64 one in the session's zone (Spark's: UTC)."""
+    bucket = moto_backend.new_bucket()
+    one = frame.coalesce(1)
+    with session_settings(spark, settings):
+        write(one, f"s3://{bucket}/t", s3=moto_backend.options)
+        one.write.parquet(str(tmp_path / "spark"))
+    (key,) = data_keys(moto_backend.client, bucket, "t")
+    data = read_object(moto_backend.client, bucket, key)
+    ours = pq.read_table(pa.BufferReader(data))
+    (theirs_path,) = (tmp_path / "spark").glob("part-*.parquet")
+    theirs = pq.read_table(theirs_path)
+    assert ours.schema.remove_metadata() == theirs.schema.remove_metadata()
+    assert pa.concat_tables([ours, theirs.replace_schema_metadata(None)]).num_rows == 2 * ROWS
+    # polars types columns from ARROW:schema when the footer has one; Spark's writer writes none.
+    assert b"ARROW:schema" not in (pq.read_metadata(pa.BufferReader(data)).metadata or {})
+
+
 def test_csv_round_trip_with_header_and_gzip(frame, backend, bucket, pyarrow_fs) -> None:  # noqa: ANN001
     report = write(frame.select(FLAT), f"s3://{bucket}/c", format="csv", mode="overwrite", partition_by=["k"],
                    options={"header": "true", "compression": "gzip", "sep": ";",

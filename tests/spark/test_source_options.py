@@ -90,6 +90,32 @@ def test_bad_options_are_refused_by_name(options, error, match) -> None:  # noqa
         read(options)
 
 
+@pytest.mark.parametrize("options,meant", [
+    # Issue 40: refused by the format ("parquet does not know option(s) 'partitionby_cols'; it accepts:
+    # compression, parquet.block.size"), while the option meant is the data source's own.
+    ({"partitionby_cols": "dt"}, "partitionBy"),
+    ({"format": "csv", "partition_overwrite_mode": "dynamic"}, "partitionOverwriteMode"),
+    ({"maxRecordPerFile": "10"}, "maxRecordsPerFile"),
+    ({"s3.endpoint": "http://127.0.0.1:9"}, "s3.endpointUrl"),
+    ({"writer.uploadThread": "2"}, "writer.uploadThreads"),
+    ({"format": "csv", "headr": "true"}, "header"),
+    ({"compresion": "zstd"}, "compression"),
+    ({"checkpointLocaton": "s3a://bkt/c"}, "checkpointLocation"),
+])
+def test_an_unknown_option_is_refused_naming_the_closest_option_of_the_data_source(options, meant) -> None:  # noqa: ANN001
+    given = next(iter(k for k in options if k != "format"))
+    with pytest.raises(UsageError) as refused:
+        read({"path": "s3://bkt/t", **options})
+    message = str(refused.value)
+    assert repr(given) in message and f"did you mean {meant!r}? Nothing was written" in message and "Nothing was written" in message
+
+
+def test_an_unknown_option_like_none_is_refused_without_a_guess() -> None:
+    with pytest.raises(UsageError, match=r"does not know option\(s\) 'bogus'; it accepts: compression") as refused:
+        read({"path": "s3://bkt/t", "bogus": "1"})
+    assert "did you mean" not in str(refused.value)
+
+
 def test_a_session_setting_the_plan_could_not_see_is_refused_in_the_task(monkeypatch) -> None:  # noqa: ANN001
     _, planned = read({"path": "s3://bkt/t", "partitionBy": "dt"}, overwrite=True)
     session: dict[str, str] = {}

@@ -251,3 +251,45 @@ def test_every_micro_batch_is_in_the_table_once_whatever_stops_and_wakes(moto_ba
         run_trial(moto_backend, seed, tmp_path)
     finally:
         streaming._batch_of_task, tasks.task_numbers = real
+
+
+@pytest.mark.parametrize("then", ["restart", "recover, then restart"])
+def test_jobs_list_says_a_stream_restart_ends_a_half_committed_micro_batch_and_recover_is_safe_too(
+        moto_backend, tmp_path, then) -> None:  # noqa: ANN001
+    """Issue 38, item 5: with a micro-batch's commit interrupted (its driver gone), `mpcommit jobs list` advised
+    `jobs recover`, while the README says the query's restart alone recovers a stream. It says which job is a
+    stream's micro-batch and that the restart finishes it; a `jobs recover` first is safe as well: either way every
+    row is in the table once and the query goes on."""
+    from tests.support.cli import cli
+
+    real = streaming._batch_of_task, tasks.task_numbers
+    try:
+        bucket = moto_backend.new_bucket("mpc-stream")
+        uri = f"s3://{bucket}/t"
+        query = Query(moto_backend, bucket, str(tmp_path / "checkpoint"), random.Random(38))
+        sink = query.new_run()
+        messages = query.attempt(sink, 0)
+        with faults.installed(faults.fail_at("commit.after_complete", 1)), pytest.raises(MpcommitError):
+            sink.commit(messages, 0)
+        mpcommit = cli(moto_backend)
+        [job] = mpcommit("jobs", "list", uri, "--json").json()["jobs"]
+        assert job["state"] == "committing" and job["stream"] == {"queryId": query.query_id, "batchId": 0}, job
+        text = mpcommit("jobs", "list", uri).stdout
+        assert f"micro-batch 0 of streaming query {query.query_id}: restarting the query" in text, text
+        assert f"jobs recover {uri} --job {job['jobId']}` finishes it too" in text, text
+        assert "A commit or rollback was interrupted" not in text, text
+        if then.startswith("recover"):
+            recovered = mpcommit("jobs", "recover", uri, "--job", job["jobId"], "--json")
+            assert [a["action"] for a in recovered.json()["actions"]] == ["finished"], recovered
+        for batch_id in (0, 1):  # the restarted query replays micro-batch 0, then goes on
+            run = query.new_run()
+            run.commit(query.attempt(run, batch_id), batch_id)
+    finally:
+        streaming._batch_of_task, tasks.task_numbers = real
+    keys = all_keys(moto_backend.client, bucket)
+    found = [i for k in keys if k.startswith("t/") and k.endswith(".parquet")
+             for i in pq.read_table(io.BytesIO(read_object(moto_backend.client, bucket, k))).column("id").to_pylist()]
+    assert sorted(found) == sorted(query.rows[0] + query.rows[1])
+    assert not pending_uploads(moto_backend.client, bucket) and not [k for k in keys if k.startswith(f"t/{HIDDEN_ROOT}")]
+    progress = [k for k in keys if k.startswith("t/_mpcommit/streams/")]
+    assert [orjson.loads(read_object(moto_backend.client, bucket, k))["lastBatchId"] for k in progress] == [1]

@@ -24,7 +24,8 @@ DOC = REPO / "docs" / "STORES.md"
 #: The matrix's columns, in order: the backends' names as the tests know them, and how the page names them.
 COLUMNS = {"moto": "moto", "localstack": "LocalStack", "versitygw": "versitygw", "seaweedfs": "SeaweedFS"}
 LOCALSTACK_VERSION = "4.13.1"
-_MARK = {Status.AS_S3: "", Status.WORKED_AROUND: " (handled)", Status.LIMITS: " (limits)", Status.FAILED: " (failed)"}
+_MARK = {Status.AS_S3: "", Status.WORKED_AROUND: " (handled)", Status.LIMITS: " (limits)", Status.UNUSED: " (unused)",
+         Status.FAILED: " (failed)"}
 #: What tests other than the probes showed of a server (the probes send one request at a time): written at the
 #: end of the page as it is here, by hand, with the test that shows it.
 FOUND_BY_TESTS = (
@@ -75,7 +76,8 @@ def render(findings: dict[str, list[Finding]], versions: dict[str, str], when: s
         "Servers: " + " · ".join(f"{COLUMNS[n]} {versions[n]}" for n in COLUMNS),
         "",
         "A cell marked *(handled)* differs from what AWS documents and mpcommit copes; *(limits)* differs and a "
-        "feature is unsafe or unavailable on that store (`mpcommit doctor` says which, and what to do).",
+        "feature is unsafe or unavailable on that store (`mpcommit doctor` says which, and what to do); *(unused)* "
+        "differs in a request mpcommit does not send, so it limits nothing.",
         "",
         "## The matrix",
         "",

@@ -45,6 +45,11 @@ def test_doctor_finds_what_the_matrix_says_and_leaves_nothing(backend, bucket):
 
     # The features follow from the findings: two that differ between the servers here, checked against them.
     features = {x["feature"]: x for x in report["features"]}
+    # "differs, limits" always points at a feature judged unsafe from it (issue 40: LocalStack's DeleteObject
+    # If-Match said "limits" while every feature said yes).
+    unsafe = {p for x in report["features"] if not x["safe"] for p in x["probes"]}
+    limits = {f["probe"] for f in report["findings"] if f["status"] == Status.LIMITS.value}
+    assert limits <= unsafe, f"'differs, limits' with every feature judged from it safe: {sorted(limits - unsafe)}"
     lifecycle = next(f for f in report["findings"] if f["probe"] == "lifecycle")
     assert features["lifecycle safety net (mpcommit lifecycle)"]["safe"] is (lifecycle["status"] == "as S3")
     initiated = next(f for f in report["findings"] if f["probe"] == "uploads_initiated")
@@ -70,6 +75,21 @@ def test_doctor_prints_the_row_and_the_features_for_people(versitygw_backend):
     assert "│ no " in lifecycle and "--older-than 7d" in out
     assert "mpcommit doctor: cleaning up the probe keys" in result.stderr
     assert all_keys(backend.client, bucket) == set() and pending_uploads(backend.client, bucket) == []
+
+
+def test_doctor_says_limits_only_where_a_feature_is_limited(localstack_backend):
+    """Issue 40: on LocalStack `DeleteObject If-Match with a stale ETag | not implemented | differs, limits`, while
+    every feature was safe there: mpcommit gives a finishing turn back by reading it first where the store refuses
+    the conditional delete, so the row says "differs, handled", and no row says "limits"."""
+    backend = localstack_backend
+    result = cli(backend)("doctor", f"s3://{backend.new_bucket()}/events")
+    assert result.returncode == 0, result
+    out = result.stdout
+    row = next(line for line in out.splitlines() if "DeleteObject `If-Match`" in line)
+    assert "not implemented" in row and "differs, handled" in row, out
+    assert "differs, limits" not in out, out
+    turns = next(line for line in out.splitlines() if "one finisher per commit" in line)
+    assert "│ yes " in turns, out
 
 
 def test_dry_run_lists_what_it_would_create_and_writes_nothing(moto_backend):
