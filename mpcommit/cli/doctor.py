@@ -92,3 +92,9 @@ def _print(diagnosis: Diagnosis) -> None:
         features.add_row(feature.name, Text("yes" if feature.safe else "no", style="green" if feature.safe else "red"),
                          feature.why, feature.advice)
     out.print(features)
+    if diagnosis.order_strays:
+        out.print(f"The commit order of this table holds {plural(len(diagnosis.order_strays), 'key')} that no "
+                  "version of mpcommit writes (a position is 20 ASCII digits up to 10^18); every job ignores them. "
+                  "Remove them:")
+        for key in diagnosis.order_strays:
+            out.print(f"  aws s3 rm {key}")

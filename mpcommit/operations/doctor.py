@@ -14,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..protocol.layout import Destination
+from ..protocol.layout import Destination, table_of
+from ..protocol.order import TableOrder
 from ..store.s3 import S3Store
 from .probes import BEHAVIOURS, Finding, Status, new_run_id, planned_keys, probe_base, run_probes
 
@@ -46,6 +47,9 @@ class Diagnosis:
     findings: tuple[Finding, ...]
     features: tuple[Feature, ...]
     seconds: float
+    #: Keys under the commit order of the destination's table that are no record of mpcommit's (a mistyped or
+    #: hostile position): ignored by every job, and worth removing.
+    order_strays: tuple[str, ...] = ()
 
     @property
     def complete(self) -> bool:
@@ -59,6 +63,7 @@ class Diagnosis:
             "complete": self.complete, "seconds": round(self.seconds, 2),
             "findings": [{**f.to_json(), "title": titles.get(f.probe, f.probe)} for f in self.findings],
             "features": [x.to_json() for x in self.features],
+            "orderStrays": list(self.order_strays),
         }
 
 
@@ -75,8 +80,10 @@ def diagnose(store: S3Store, destination: Destination, *, progress: Callable[[st
     base = probe_base(destination.prefix, run_id or new_run_id())
     started = time.monotonic()
     findings = run_probes(store, destination.bucket, base, progress=progress)
+    table = table_of(destination)
+    strays = tuple(f"s3://{table.bucket}/{key}" for key in TableOrder(store, table).view().strays)
     return Diagnosis(store.endpoint, destination.uri, base, tuple(findings), tuple(features(findings)),
-                     time.monotonic() - started)
+                     time.monotonic() - started, strays)
 
 
 def features(findings: list[Finding] | tuple[Finding, ...]) -> list[Feature]:

@@ -35,7 +35,7 @@ from ...store.conditional import ConditionalWrites, conditional_writes
 from ...store.s3 import S3Store
 from .. import faults
 from ..heartbeat import Heartbeat
-from ..layout import Destination, JobPaths, table_of
+from ..layout import Destination, JobPaths, is_hidden_key, owner_of_key, table_of
 from ..order import Collected, OrderSnapshot, PlaceEndedError, TableOrder
 from ..records.job import CommitJournal, DeleteEntry, JobDescriptor, JobRollback, MergedFile, read_claim
 from ..records.manifest import PendingUpload, StagedFile, TaskManifest, TaskResult
@@ -526,9 +526,24 @@ class JobCommitter:
             cleanup = JobCleanup(self.store, self.destination, self.job_id, context)
             aborted = cleanup.abort_all()
             self._quiet()
+            if not self._conditional().create_only:
+                self._remove_visible()
             # Not counted: the rollback record this rollback (or an interrupted one) put at the journal key.
             deleted = max(0, cleanup.remove_records(journal_first=False) - 1)
         return AbortReport(self.job_id, aborted, deleted)
+
+    def _remove_visible(self) -> None:
+        """On a store that cannot order a rollback against its job's commit (no conditional writes; used only as
+        one writer per table, as the user stated), "nothing of it is visible" is checked, not assumed: files of
+        the job found visible -- a commit that ran beside this rollback after all -- are deleted, and said."""
+        mine = lambda key: owner_of_key(key).job_id == self.job_id and not is_hidden_key(self.destination, key)  # noqa: E731
+        visible = [o.key for o in self.store.list_objects(self.destination.bucket, self.destination.root, keep=mine)]
+        if visible:
+            log.warning("job %s: %d of its files were visible when it was rolled back (its commit ran beside the "
+                        "rollback, which this store cannot order: S3Options(single_writer=True) was stated); they "
+                        "are deleted, e.g. s3://%s/%s", self.job_id, len(visible), self.destination.bucket,
+                        visible[0])
+            self.store.delete_objects(self.destination.bucket, visible)
 
     def stop_commit(self, *, reason: str) -> None:
         """The first step of a rollback: claim the job's journal key, so that the job can never commit
