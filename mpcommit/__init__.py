@@ -10,6 +10,7 @@ from .options import RetryPolicy, S3Options, WriterSettings
 from .protocol.commit import AbortReport, CommitReport
 from .protocol.job import Job
 from .protocol.records.manifest import TaskResult
+from .protocol.records.order import Txn
 from .protocol.inventory import list_jobs
 from .protocol.recovery import recover
 from .protocol.task import JobSpec, TaskAttempt
@@ -18,6 +19,6 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AbortReport", "CommitOutcome", "CommitReport", "Job", "JobSpec", "JobState", "MpcommitError",
-    "PartitionOverwrite", "RetryPolicy", "S3Options", "TaskAttempt", "TaskResult", "WriteMode",
+    "PartitionOverwrite", "RetryPolicy", "S3Options", "TaskAttempt", "TaskResult", "Txn", "WriteMode",
     "WriterSettings", "list_jobs", "recover",
 ]

@@ -178,6 +178,11 @@ class JobRolledBackError(CommitFailedError):
     commit began: nothing of it is visible and it cannot be committed any more."""
 
 
+class TxnVersionError(CommitFailedError):
+    """A write named a version of its application older than one the table committed already: versions of one
+    application (a stream's micro-batches, a scheduler's runs) commit in increasing order. Nothing is visible."""
+
+
 class ConcurrentJobsRefusedError(CommitFailedError):
     """The store does not honour conditional writes, so concurrent jobs on one table cannot be ordered, and
     another job was committing on the table: this one was refused before anything of it became visible."""

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import threading
 import time
@@ -22,6 +23,7 @@ from ..errors import (
     JobStateError,
     ManifestError,
     NoSuchKeyError,
+    TxnVersionError,
     UsageError,
 )
 from ..modes import PartitionOverwrite, WriteMode
@@ -45,8 +47,9 @@ from .layout import (
     table_of,
 )
 from .nesting import refuse_inside_another_table
-from .order import OrderSnapshot
+from .order import OrderSnapshot, TableOrder
 from .records.job import DeleteEntry, JobDescriptor, MergedFile
+from .records.order import Txn, TxnRecord
 from .records.manifest import TaskResult
 from .records.success import SuccessData
 from .task import JobSpec
@@ -82,6 +85,10 @@ class Job:
         self.created_at = time.monotonic()
         #: The caller's explicit consent to an overwrite that replaces the whole bucket (see Job.create).
         self.overwrite_bucket_root = overwrite_bucket_root
+        #: The application version this job commits (Job.create's ``txn``), and the commit that holds that version
+        #: already when the table had committed it before the job began (then nothing is written).
+        self.txn: Txn | None = None
+        self.duplicate_of: TxnRecord | None = None
 
     @property
     def job_id(self) -> str:
@@ -117,6 +124,7 @@ class Job:
         overwrite_bucket_root: bool = False,
         commit_processes: int = 1,
         order: OrderSettings | None = None,
+        txn: Txn | None = None,
     ) -> "Job":
         """Start a job: check the destination against the mode, and record the job under its hidden prefix.
 
@@ -129,6 +137,11 @@ class Job:
         of a random id; an id the destination already knows (its records, its ``_SUCCESS``, a pending upload or a
         file carrying it) is refused, since files of two runs with one id would take each other's keys -- checking
         costs one listing of the destination.
+        ``txn`` names the application version this job commits (``Txn(app_id, version)``, as Delta Lake's
+        ``txnAppId`` / ``txnVersion``): a job whose version the table committed already writes nothing and its
+        commit says so (``CommitReport.duplicate_of``) -- the scheduler's re-run of a run that did commit, a
+        ``foreachBatch`` replaying a batch -- and an older version is refused (TxnVersionError). The version is
+        recorded with the commit's end in the table's order, and kept there for ever, whatever is collected.
         """
         destination = parse_uri(uri)
         write_mode = WriteMode.parse(mode)
@@ -147,6 +160,10 @@ class Job:
                     "'overwrite', or another destination. Nothing was written."
                 )
             ignored = True
+        duplicate_of = None
+        if txn is not None and not ignored:
+            duplicate_of = committed_already(store, destination, txn, order)
+            ignored = duplicate_of is not None
         if job_id:
             refuse_known_job_id(store, destination, check_job_id(job_id))
         else:
@@ -163,9 +180,11 @@ class Job:
                 spec.paths.descriptor, descriptor.to_bytes()), Taken):
             raise UsageError(f"job id {job_id} is already in use at {destination.uri} (its descriptor exists); "
                              "leave job_id out for a new random id. Nothing was written.")
-        return cls(spec, descriptor, store=store, commit_threads=commit_threads, progress=progress,
-                   overwrite_bucket_root=overwrite_bucket_root, commit_processes=commit_processes, order=order,
-                   heartbeat=not ignored)
+        job = cls(spec, descriptor, store=store, commit_threads=commit_threads, progress=progress,
+                  overwrite_bucket_root=overwrite_bucket_root, commit_processes=commit_processes, order=order,
+                  heartbeat=not ignored)
+        job.txn, job.duplicate_of = txn, duplicate_of
+        return job
 
     @classmethod
     def open(cls, uri: str, job_id: str, *, s3: S3Options | None = None, commit_threads: int = DEFAULT_COMMIT_THREADS,
@@ -211,7 +230,9 @@ class Job:
             given = results if isinstance(results, HandedOverResults) else list(results)
             report = self._committer.commit(self.descriptor, given, ignored=self.ignored,
                                             extra_timings=timings, delete=delete, merged=merged, since=since,
-                                            when_ended=when_ended)
+                                            when_ended=when_ended, txn=self.txn)
+            if self.duplicate_of is not None:
+                report = dataclasses.replace(report, duplicate_of=self.duplicate_of)
         except CommitStateUnknownError:
             self._stop_heartbeat()  # partly visible perhaps: only `recover` may act now, never abort
             raise
@@ -270,6 +291,22 @@ def check_bucket_root_overwrite(destination: Destination, mode: WriteMode, parti
         f"Write to a prefix such as s3://{destination.bucket}/table, or pass overwrite_bucket_root=True if the "
         "whole bucket is meant to hold only this data. Nothing was written."
     )
+
+
+def committed_already(store: S3Store, destination: Destination, txn: Txn,
+                      order: OrderSettings | None = None) -> TxnRecord | None:
+    """Before a job writes anything: the commit that holds ``txn``'s version already (the job is then a no-op
+    that says so), None when the table has not committed it. TxnVersionError for a version older than the newest
+    the table committed. (The commit decides again, against the places taken meanwhile.)"""
+    newest = TableOrder(store, table_of(destination), order).txn_state(txn.app_id).newest
+    if newest is None or newest.version < txn.version:
+        return None
+    if newest.version > txn.version:
+        raise TxnVersionError(
+            f"{destination.uri}: version {txn.version} of application {txn.app_id!r} is older than version "
+            f"{newest.version}, which job {newest.job_id} committed (place {newest.position}); versions of one "
+            "application commit in increasing order. Nothing was written.")
+    return newest
 
 
 def check_partition_folders(destination: Destination) -> None:

@@ -99,14 +99,23 @@ class NestedTables:
         return out
 
 
+#: Tables found inside no other table, per store endpoint, for the life of the process: a stream's micro-batches
+#: and a scheduler's jobs on one table ask once. (A table that became enclosing since is still caught by the second
+#: rule: what its jobs delete or merge leaves this table's keys alone.)
+_FREE: set[tuple[str, Table]] = set()
+
+
 def enclosing_table(store: S3Store, table: Table) -> Table | None:
     """The table ``table`` lies inside, if any: the nearest prefix above it (up to the bucket's root) that holds a
-    commit order. One small listing per folder above it."""
+    commit order. One small listing per folder above it, once per table and process."""
+    if (store.endpoint, table) in _FREE:
+        return None
     segments = table.prefix.split("/") if table.prefix else []
     for depth in range(len(segments) - 1, -1, -1):
         above = Table(table.bucket, "/".join(segments[:depth]))
         if store.list_children(table.bucket, above.order_root, limit=1):
             return above
+    _FREE.add((store.endpoint, table))
     return None
 
 

@@ -44,6 +44,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from ..errors import (
@@ -119,6 +120,18 @@ class OrderView:
     @property
     def open(self) -> list[int]:
         return [p for p in self.positions if p > self.through and p not in self.ended]
+
+
+@dataclass(frozen=True)
+class TxnState:
+    """What an application has done on a table: its newest committed version, and its places still open."""
+
+    newest: TxnRecord | None
+    open: tuple[OrderEntry, ...]
+
+
+#: Entries read side by side when an application's versions are looked up in a cold process.
+READ_AHEAD_THREADS = 16
 
 
 @dataclass(frozen=True)
@@ -229,23 +242,35 @@ class TableOrder:
         through = self.view().through
         return Collected(through) if position <= through else None
 
-    def committed_version(self, app_id: str) -> TxnRecord | None:
-        """The newest committed version of application ``app_id`` on this table: from the ends still in the
-        order, or from its checkpoint."""
+    def txn_state(self, app_id: str, *, below: int | None = None) -> TxnState:
+        """Application ``app_id`` in this order (below place ``below``): the newest version it committed -- from
+        the newest committed place that carries it, else from the checkpoint -- and its places still open. A
+        version commits only after every earlier place of its application ended and only if it is newer than
+        any they committed, so the newest committed place holds the highest version."""
         view = self.view()
-        best: TxnRecord | None = None
-        for p in sorted(view.ended, reverse=True):
-            if p <= view.through:
-                break
-            outcome = self.outcome(p)
-            if outcome is not None and outcome.outcome is Outcome.COMMITTED and outcome.txn is not None \
-                    and outcome.txn.app_id == app_id and (best is None or outcome.txn.version > best.version):
-                best = TxnRecord(outcome.txn.version, p, outcome.job_id)
+        newest_first = [p for p in reversed(view.positions) if p > view.through and (below is None or p < below)]
+        self._read_ahead(newest_first)
+        still_open: list[OrderEntry] = []
+        for e in self.entries(newest_first):
+            if e.txn is None or e.txn.app_id != app_id:
+                continue
+            if e.position not in view.ended:
+                still_open.append(e)
+                continue
+            outcome = self.outcome(e.position)
+            if outcome is not None and outcome.outcome is Outcome.COMMITTED:
+                return TxnState(TxnRecord(e.txn.version, e.position, e.job_id), tuple(still_open))
         checkpoint = self.checkpoint(view)
-        kept = checkpoint.txns.get(app_id) if checkpoint is not None else None
-        if kept is not None and (best is None or kept.version > best.version):
-            best = kept
-        return best
+        return TxnState(checkpoint.txns.get(app_id) if checkpoint is not None else None, tuple(still_open))
+
+    def _read_ahead(self, positions: list[int]) -> None:
+        """Read the entries not yet cached side by side (a new process judging an application reads up to the
+        order's length of them once; entries never change, so they are cached from then on)."""
+        missing = [p for p in positions if p not in self._entries]
+        if len(missing) <= 2:
+            return
+        with ThreadPoolExecutor(min(READ_AHEAD_THREADS, len(missing))) as pool:
+            list(pool.map(self.entry, missing))
 
     def snapshot(self) -> OrderSnapshot:
         view = self.view()
@@ -347,17 +372,19 @@ class TableOrder:
 
     # ------------------------------------------------------------ deciding
     def wait_for_earlier(self, me: OrderEntry, paths: tuple[str, ...], *,
-                         take_over: Callable[[OrderEntry], None], progress: ProgressHook | None = None) -> None:
-        """Return once every job before ``me`` that touches ``paths`` has ended. A job silent for the lease is
-        handed to ``take_over`` (which finishes or rolls it back); a live one is waited for, at most
-        ``max_wait_seconds``, after which CommitFailedError names it."""
+                         take_over: Callable[[OrderEntry], None], progress: ProgressHook | None = None,
+                         blocks: Callable[[OrderEntry], bool] | None = None) -> None:
+        """Return once every job before ``me`` that touches ``paths`` (or for which ``blocks`` says so) has ended.
+        A job silent for the lease is handed to ``take_over`` (which finishes or rolls it back); a live one is
+        waited for, at most ``max_wait_seconds``, after which CommitFailedError names it."""
         settings = self.settings
         pulse = Pulse(self.store)
         started = time.monotonic()
         delay = min(0.05, settings.poll_seconds)
+        in_the_way = blocks or (lambda e: e.overlaps(paths))
         while True:
             view = self.view()
-            blocking = [e for e in self.entries(view.open_before(me.position)) if e.overlaps(paths)]
+            blocking = [e for e in self.entries(view.open_before(me.position)) if in_the_way(e)]
             if not blocking:
                 return
             if progress is not None:

@@ -226,3 +226,92 @@ def test_jobs_of_a_tables_partition_destinations_are_listed_with_the_table(backe
     writing.abort()
     [action] = recover(f"s3://{bucket}/t", s3=backend.options, order=QUICK)
     assert (action.job_id, action.action) == (committing.job_id, RecoveryOutcome.FINISHED)
+
+
+# ---------------------------------------------------------------- one ledger: application versions
+def txn_commit(backend: Any, bucket: str, app: str, version: int, tag: str, *, mode: str = "append") -> Any:
+    from mpcommit import Txn
+
+    job = Job.create(f"s3://{bucket}/t", mode=mode, s3=backend.options, order=QUICK, txn=Txn(app, version))
+    results = []
+    if not job.ignored:
+        with job.spec.task(0, 0) as attempt:
+            with attempt.create(partition="dt=0", ext="txt") as out:
+                out.write(f"{tag}\n".encode())
+            results.append(attempt.commit())
+    return job.commit(results)
+
+
+def test_a_rerun_of_a_committed_version_writes_nothing_and_says_so(backend):
+    """The scheduler's re-run of a daily job that did commit (its driver died before it could say so), and a
+    foreachBatch replaying a micro-batch: the same (application, version) is a no-op naming the commit that holds
+    it; an older version is refused by name; a newer one commits."""
+    from mpcommit.errors import TxnVersionError
+
+    bucket = backend.new_bucket("mpc-txn")
+    first = txn_commit(backend, bucket, "daily", 7, "run7")
+    again = txn_commit(backend, bucket, "daily", 7, "run7-again")
+    assert again.duplicate_of is not None and again.duplicate_of.job_id == first.job_id, again
+    assert "committed already" in str(again)
+    with pytest.raises(TxnVersionError, match="older than version 7"):
+        txn_commit(backend, bucket, "daily", 6, "run6")
+    txn_commit(backend, bucket, "other-app", 1, "other")
+    txn_commit(backend, bucket, "daily", 8, "run8")
+    assert [r.split(": ", 1)[1] for r in rows(backend, bucket)] == ["other", "run7", "run8"]
+    assert pending_uploads(backend.client, bucket, "t") == []
+
+
+def test_two_runs_of_one_version_at_once_commit_it_once(backend):
+    """Both runs passed the check at creation (nothing committed yet) and commit at once: the later place waits
+    for the earlier one of its application, then finds the version committed and writes nothing."""
+    from mpcommit import Txn
+
+    bucket = backend.new_bucket("mpc-txn")
+    jobs = [Job.create(f"s3://{bucket}/t", s3=backend.options, order=QUICK, txn=Txn("daily", 1)) for _ in range(2)]
+    results = []
+    for i, job in enumerate(jobs):
+        with job.spec.task(0, 0) as attempt:
+            with attempt.create(partition="dt=0", ext="txt") as out:
+                out.write(f"run{i}\n".encode())
+            results.append([attempt.commit()])
+    hold = HoldOnce("commit.after_turn")
+    with faults.installed(hold):
+        first_thread, first = run_in_thread("first", lambda: jobs[0].commit(results[0]))
+        assert hold.reached.wait(TIMEOUT)
+        second_thread, second = run_in_thread("second", lambda: jobs[1].commit(results[1]))
+        threading.Event().wait(1.0)  # the second holds its place and waits for the first
+        assert "report" not in second
+        hold.release.set()
+        first_thread.join(TIMEOUT)
+        second_thread.join(TIMEOUT)
+    assert second["report"].duplicate_of.job_id == jobs[0].job_id, second
+    assert [r.split(": ", 1)[1] for r in rows(backend, bucket)] == ["run0"]
+    assert pending_uploads(backend.client, bucket, "t") == []
+
+
+def test_an_application_version_outlives_the_collection_of_its_place(moto_backend):
+    """The order's collection deletes old places; the checkpoint keeps each application's newest version, so a
+    replay long after is still recognised (before, the streaming sink refused: "cleared after many later jobs")."""
+    from mpcommit import Txn
+
+    backend = moto_backend
+    bucket = backend.new_bucket("mpc-txn")
+    settings = OrderSettings(keep_resolved=10)
+    job = Job.create(f"s3://{bucket}/t", s3=backend.options, order=settings, txn=Txn("stream-q", 41))
+    with job.spec.task(0, 0) as attempt:
+        with attempt.create(partition="dt=0", ext="txt") as out:
+            out.write(b"batch41\n")
+        ref = attempt.commit()
+    first = job.commit([ref])
+    for i in range(30):
+        later = Job.create(f"s3://{bucket}/t", s3=backend.options, order=settings)
+        with later.spec.task(0, 0) as attempt:
+            with attempt.create(partition="dt=1", ext="txt") as out:
+                out.write(f"a{i}\n".encode())
+            ref = attempt.commit()
+        later.commit([ref])
+    order = TableOrder(S3Store(backend.options), Table(bucket, "t"))
+    assert order.entry(first.position) is None, "collected"
+    assert order.txn_state("stream-q").newest.version == 41
+    replay = Job.create(f"s3://{bucket}/t", s3=backend.options, txn=Txn("stream-q", 41))
+    assert replay.ignored and replay.commit([]).duplicate_of.job_id == job.job_id

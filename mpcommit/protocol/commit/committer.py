@@ -27,6 +27,7 @@ from ...errors import (
     ManifestError,
     MpcommitError,
     NoSuchKeyError,
+    TxnVersionError,
 )
 from ...modes import CommitMode, CommitOutcome
 from ...options import OrderSettings
@@ -39,7 +40,7 @@ from ..layout import Destination, JobPaths, is_hidden_key, owner_of_key, table_o
 from ..order import Collected, OrderSnapshot, PlaceEndedError, TableOrder
 from ..records.job import CommitJournal, DeleteEntry, JobDescriptor, JobRollback, MergedFile, read_claim
 from ..records.manifest import PendingUpload, StagedFile, TaskManifest, TaskResult
-from ..records.order import OrderEntry, Outcome, OrderOutcome, table_paths
+from ..records.order import OrderEntry, OrderOutcome, Outcome, Txn, TxnRecord, table_paths
 from ..records.success import PartitionStats, SuccessData
 from .cleanup import JobCleanup
 from .committed import CommittedKeys, HandedOverResults, UploadIds
@@ -105,8 +106,13 @@ class JobCommitter:
     def commit(self, descriptor: JobDescriptor, results: Sequence[TaskResult], *, ignored: bool = False,
                extra_timings: dict[str, float] | None = None, delete: Sequence[DeleteEntry] = (),
                merged: Sequence[MergedFile] = (), since: OrderSnapshot | None = None,
-               when_ended: Callable[[int], None] | None = None) -> CommitReport:
-        """``delete`` names objects (pinned by ETag) to remove once every new file is complete: the sources
+               when_ended: Callable[[int], None] | None = None, txn: Txn | None = None) -> CommitReport:
+        """``txn``: the application version this commit records (idempotent re-runs, a stream's micro-batch):
+        it commits only after every earlier place of its application ended, and only if none of them committed
+        this version or a newer one -- else it is a no-op that says so (``duplicate_of``) or, for an older version,
+        TxnVersionError.
+
+        ``delete`` names objects (pinned by ETag) to remove once every new file is complete: the sources
         of a compaction, which read the table after ``since``. ``merged`` names files merged from the winners'
         staged files (a commit-time merge): they are completed instead of moving those staged files in.
 
@@ -132,9 +138,11 @@ class JobCommitter:
                 timings["check_scope"] = time.monotonic() - t
             t = time.monotonic()
             partitions = sorted({p for r in by_task.values() for p in r.partitions})
-            entry = self._take_place(journal, partitions)
+            entry = self._take_place(journal, partitions, txn)
             try:
                 faults.checkpoint("commit.after_place")
+                if txn is not None:
+                    self._settle_txn(entry, txn)
                 self.order.refuse_beside_others(entry)
                 if since is not None:
                     self._refuse_conflict(entry, since)
@@ -142,6 +150,12 @@ class JobCommitter:
                 claim_journal(self.store, self.destination, journal)
             except CommitStateUnknownError:
                 raise  # the journal may exist: its place stays open, and `recover` decides
+            except _Duplicate as found:
+                self.order.end(entry, Outcome.ROLLED_BACK, reason=found.reason)
+                aborted, _deleted = JobCleanup(self.store, self.destination, self.job_id, context).discard_all()
+                mode = CommitMode.of(descriptor.mode, descriptor.partition_overwrite)
+                return CommitReport(self.job_id, self.destination.uri, mode, CommitOutcome.NOT_COMMITTED,
+                                    ignored=True, aborted_uploads=aborted, duplicate_of=found.record)
             except BaseException as exc:
                 # Refused before the journal: not committed, so the place ends (later jobs need not wait for it).
                 try:
@@ -190,7 +204,7 @@ class JobCommitter:
                 if not ended:
                     turn.release()  # whoever finishes it next need not wait for this process to be gone
 
-    def _entry_for(self, journal: CommitJournal, partitions: Sequence[str]) -> OrderEntry:
+    def _entry_for(self, journal: CommitJournal, partitions: Sequence[str], txn: Txn | None = None) -> OrderEntry:
         """The job's place: everything it may change is inside what it says it touches -- the partitions it
         writes, what it replaces (all of its destination for a static overwrite) and a compaction's sources --
         so that every conflict check, which reads ``touches``, sees all of it."""
@@ -204,14 +218,30 @@ class JobCommitter:
             partition_overwrite=journal.partition_overwrite,
             touches=table_paths(self.table, here, touched), replaces=table_paths(self.table, here, journal.replace)
             if journal.replace else (),
-            created_ms=int(time.time() * 1000), hostname=socket.gethostname())
+            created_ms=int(time.time() * 1000), hostname=socket.gethostname(), txn=txn)
 
-    def _take_place(self, journal: CommitJournal, partitions: Sequence[str]) -> OrderEntry:
+    def _take_place(self, journal: CommitJournal, partitions: Sequence[str], txn: Txn | None = None) -> OrderEntry:
         try:
-            return self.order.take(self._entry_for(journal, partitions))
+            return self.order.take(self._entry_for(journal, partitions, txn))
         except MpcommitError as exc:
             raise CommitFailedError(f"job {self.job_id} was not committed, nothing was made visible: it could not "
                                     f"take its place in the commit order of {self.table.uri}: {exc}") from exc
+
+    def _settle_txn(self, entry: OrderEntry, txn: Txn) -> None:
+        """Before the journal: wait for the earlier places of this application to end, then commit only a version
+        newer than every one they committed (the way delta-rs decides a transaction's app id and version)."""
+        self.order.wait_for_earlier(entry, (), take_over=self._take_over, progress=self.progress,
+                                    blocks=lambda e: e.txn is not None and e.txn.app_id == txn.app_id)
+        newest = self.order.txn_state(txn.app_id, below=entry.position).newest
+        if newest is None or newest.version < txn.version:
+            return
+        if newest.version == txn.version:
+            raise _Duplicate(newest, f"version {txn.version} of application {txn.app_id!r} was committed already, by "
+                                     f"job {newest.job_id} (place {newest.position})")
+        raise TxnVersionError(
+            f"job {self.job_id} was not committed: it writes version {txn.version} of application {txn.app_id!r} to "
+            f"{self.table.uri}, older than version {newest.version}, which job {newest.job_id} committed there (place "
+            f"{newest.position}). Versions of one application commit in increasing order; nothing of it is visible.")
 
     def _refuse_conflict(self, entry: OrderEntry, since: OrderSnapshot) -> None:
         found = self.order.conflict(entry, since)
@@ -458,7 +488,7 @@ class JobCommitter:
         self.progress("success", 1, 1)
         faults.checkpoint("commit.after_success")
         hold.check_if_stale("the end of its place")
-        _ended, ours = self.order.end(entry, Outcome.COMMITTED, by=hold.heartbeat.role)
+        _ended, ours = self.order.end(entry, Outcome.COMMITTED, by=hold.heartbeat.role, txn=entry.txn)
         timings["success"] = time.monotonic() - t
         if when_ended is not None:
             when_ended(entry.position)
@@ -563,6 +593,15 @@ class JobCommitter:
         self._quiet()
         with CommitContext(self.threads) as context:
             return JobCleanup(self.store, self.destination, self.job_id, context).discard_all()
+
+
+class _Duplicate(MpcommitError):
+    """A commit whose application version was committed already: it ends as a no-op (never raised to a caller)."""
+
+    def __init__(self, record: TxnRecord, reason: str):
+        super().__init__(reason)
+        self.record = record
+        self.reason = reason
 
 
 def _short(exc: BaseException) -> str:

@@ -8,6 +8,7 @@ from typing import Protocol
 
 from ...modes import CommitMode, CommitOutcome
 from ...units import human_bytes
+from ..records.order import TxnRecord
 from ..records.success import PartitionStats
 
 
@@ -47,6 +48,9 @@ class CommitReport:
     finished_elsewhere: bool = False
     #: Who finished it, when another process did ("recover on host h (pid 1)"), where its record says so.
     finished_by: str = ""
+    #: The write named an application version that the table committed already: nothing was written, and this
+    #: is the commit that holds it (idempotent re-runs, a replayed micro-batch).
+    duplicate_of: "TxnRecord | None" = None
 
     @property
     def files(self) -> int:
@@ -67,10 +71,17 @@ class CommitReport:
                 out["finishedBy"] = self.finished_by
         if self.catalog is not None:
             out["catalog"] = self.catalog.summary()
+        if self.duplicate_of is not None:
+            out["duplicateOf"] = {"jobId": self.duplicate_of.job_id, "position": self.duplicate_of.position,
+                                  "version": self.duplicate_of.version}
         return out
 
     def __str__(self) -> str:
         """The few lines a person wants to read (the dataclass's repr lists every file name)."""
+        if self.duplicate_of is not None:
+            d = self.duplicate_of
+            return (f"{self.uri}: version {d.version} of this application was committed already, by job {d.job_id} "
+                    f"(place {d.position}); nothing was written (job {self.job_id})")
         if self.ignored:
             return f"{self.uri}: mode {self.mode.value} found existing data; nothing was written (job {self.job_id})"
         rows = "" if self.rows is None else f", {self.rows:,} rows"

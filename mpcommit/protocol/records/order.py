@@ -101,6 +101,9 @@ class OrderEntry:
     replaces: tuple[str, ...]
     created_ms: int
     hostname: str
+    #: The application version this job commits, when the write names one (:class:`Txn`): a later place of the
+    #: same application and a version not newer waits for this one, then commits nothing if this one committed.
+    txn: "Txn | None" = None
 
     @property
     def destructive(self) -> bool:
@@ -111,13 +114,16 @@ class OrderEntry:
         return any(paths_overlap(a, b) for a in self.touches for b in paths)
 
     def to_bytes(self) -> bytes:
-        return dumps({
+        out: dict[str, Any] = {
             "kind": ENTRY_KIND, "version": 1, "position": self.position, "jobId": self.job_id,
             "bucket": self.bucket, "table": self.table, "destination": self.destination, "purpose": self.purpose,
             "mode": self.mode.value, "partitionOverwrite": self.partition_overwrite.value,
             "touches": list(self.touches), "replaces": list(self.replaces), "created": self.created_ms,
             "hostname": self.hostname,
-        })
+        }
+        if self.txn is not None:
+            out["txn"] = self.txn.to_json()
+        return dumps(out)
 
     @classmethod
     def from_bytes(cls, data: bytes, *, where: str, table: Table, position: int) -> "OrderEntry":
@@ -140,6 +146,7 @@ class OrderEntry:
             touches=r.list("touches", lambda v, w: _path(v, w) if v else ""),
             replaces=r.list("replaces", lambda v, w: _path(v, w) if v else ""),
             created_ms=r.int("created"), hostname=r.str("hostname"),
+            txn=Txn.from_json(obj["txn"], where=f"{where}: txn") if obj.get("txn") is not None else None,
         )
 
 
@@ -214,9 +221,9 @@ class Txn:
 
     @classmethod
     def from_json(cls, value: Any, *, where: str) -> "Txn":
-        r = Reader(value if isinstance(value, dict) else {}, what="application version", where=where)
         if not isinstance(value, dict):
             raise ManifestCorruptError(f"application version at {where} must be an object")
+        r = Reader(value, what="application version", where=where)
         app = r.str("app")
         if not app or len(app) > MAX_APP_ID:
             raise ManifestCorruptError(f"application version at {where}: app id must be 1-{MAX_APP_ID} characters")
