@@ -28,6 +28,22 @@ class WriteMode(str, Enum):
             ) from None
 
 
+class Purpose(str, Enum):
+    """What a job is for: writing data, or compacting it (merged files replace their sources; no row changes)."""
+
+    WRITE = "write"
+    COMPACT = "compact"
+
+    @classmethod
+    def parse(cls, value: "str | Purpose") -> "Purpose":
+        if isinstance(value, Purpose):
+            return value
+        try:
+            return cls(str(value).strip().lower())
+        except ValueError:
+            raise UsageError(f"unknown job purpose {value!r}: write or compact") from None
+
+
 class PartitionOverwrite(str, Enum):
     """Like Spark's ``spark.sql.sources.partitionOverwriteMode``: static replaces the whole destination,
     dynamic only the partitions the job wrote (Hive's INSERT OVERWRITE ... PARTITION)."""

@@ -15,6 +15,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from ..modes import Purpose
 from ..errors import NoSuchKeyError, UsageError
 from ..modes import CommitOutcome
 from ..options import S3Options
@@ -109,9 +110,9 @@ def sync(uri: str, *, table: "TableName | str", catalog: Catalog, s3: S3Options 
     except NoSuchKeyError as exc:
         raise UsageError(f"no {where}: nothing was committed to {destination.uri}, so there is nothing to register") from exc
     success = SuccessData.from_bytes(data, where=where)
-    if success.purpose != "write":
+    if success.purpose is not Purpose.WRITE:
         raise UsageError(
-            f"the last commit to {destination.uri} (job {success.job_id}) was a {success.purpose}, not a write: "
+            f"the last commit to {destination.uri} (job {success.job_id}) was a {success.purpose.value}, not a write: "
             "its _SUCCESS does not describe what partitions gained, so it cannot be registered from it"
         )
     registration = Registration.from_success(success, destination.uri)

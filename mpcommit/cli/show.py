@@ -11,6 +11,7 @@ import click
 from rich.table import Table
 
 from ..errors import ManifestError, NoSuchKeyError
+from ..modes import Purpose
 from ..protocol.records.success import SuccessData
 from .common import S3URI, cli_context, destination, fail, human_age, human_bytes, human_time, out_console, print_json
 
@@ -63,7 +64,7 @@ def show(ctx: click.Context, uri: str, all_files: bool, as_json: bool) -> None:
     table.add_row("Job", success.job_id)
     table.add_row("Committed", f"{human_time(success.timestamp_ms)} ({age} ago)" +
                   (f" on {success.hostname}" if success.hostname else ""))
-    table.add_row("Mode", success.mode + (f" ({success.purpose})" if success.purpose != "write" else ""))
+    table.add_row("Mode", success.mode + (f" ({success.purpose.value})" if success.purpose is not Purpose.WRITE else ""))
     table.add_row("Files", f"{success.files:,}")
     table.add_row("Bytes", f"{human_bytes(success.bytes)} ({success.bytes:,})")
     table.add_row("Rows", f"{success.rows:,}" if success.rows is not None else "unknown")
@@ -133,7 +134,7 @@ def describes(success: SuccessData, uri: str) -> str:
     """What the _SUCCESS describes, in a sentence: always the last commit, which is the whole table only after
     an overwrite (or a first write); after an append or a compaction it is not."""
     files = f"{success.files:,} file" + ("" if success.files == 1 else "s")
-    if success.purpose == "compact":
+    if success.purpose is Purpose.COMPACT:
         merged = (f"merged {success.merged_from:,} small files into the {files} below"
                   if success.merged_from is not None else f"wrote the {files} below from smaller ones")
         return (f"The last commit to {uri} was a compaction (job {success.job_id}): it {merged}. The table's rows "

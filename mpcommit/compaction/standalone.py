@@ -25,6 +25,7 @@ from enum import Enum
 from typing import Any
 
 from ..errors import CommitFailedError, MpcommitError, UsageError
+from ..modes import Purpose
 from ..options import OrderSettings, S3Options
 from ..protocol.commit import CommitReport
 from ..protocol.inventory import committing_jobs
@@ -271,7 +272,7 @@ def compact(
 
     job: Job | None = None
     if not dry_run and bins:
-        job = Job.create(destination.uri, mode="append", s3=options, purpose="compact", store=store,
+        job = Job.create(destination.uri, mode="append", s3=options, purpose=Purpose.COMPACT, store=store,
                          order=order_settings, progress=lambda step, done, total: progress(f"commit.{step}", done, total))
     job_id = job.job_id if job is not None else "<job>"
     planned = [_Planned(b, kinds[b.sources[0].key], i, _output_key(destination, b, kinds[b.sources[0].key], i, job_id))

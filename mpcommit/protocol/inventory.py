@@ -115,7 +115,7 @@ def _status(store: S3Store, destination: Destination, job_id: str, records: Sequ
     return JobStatus(
         job_id=job_id, destination=destination, state=state, records=len(records), created_ms=created,
         last_activity_ms=max(signs_of_life, default=None), pending_uploads=pending_uploads,
-        mode=descriptor.mode.value if descriptor else None, purpose=descriptor.purpose if descriptor else None,
+        mode=descriptor.mode.value if descriptor else None, purpose=descriptor.purpose.value if descriptor else None,
     )
 
 

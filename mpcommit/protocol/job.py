@@ -26,7 +26,7 @@ from ..errors import (
     TxnVersionError,
     UsageError,
 )
-from ..modes import PartitionOverwrite, WriteMode
+from ..modes import PartitionOverwrite, Purpose, WriteMode
 from ..options import OrderSettings, S3Options, WriterSettings
 from ..pool import ProgressHook
 from ..store.conditional import Records, Taken
@@ -118,7 +118,7 @@ class Job:
         writer: WriterSettings | None = None,
         commit_threads: int = DEFAULT_COMMIT_THREADS,
         job_id: str | None = None,
-        purpose: str = "write",
+        purpose: str | Purpose = Purpose.WRITE,
         progress: ProgressHook | None = None,
         store: S3Store | None = None,
         overwrite_bucket_root: bool = False,
@@ -172,7 +172,7 @@ class Job:
         descriptor = JobDescriptor(
             job_id=job_id, bucket=destination.bucket, prefix=destination.prefix, mode=write_mode,
             partition_overwrite=overwrite, created_ms=int(time.time() * 1000), hostname=socket.gethostname(),
-            purpose=purpose,
+            purpose=Purpose.parse(purpose),
         )
         # Written first, so that cleanup tools can tell a live job's uploads from orphans. Through the one seam of
         # conditional writes: a store that cannot order jobs is refused here, before anything is uploaded.

@@ -250,12 +250,12 @@ class JobCommitter:
         if isinstance(found, OrderEntry):
             what = "an overwrite" if found.replaces else "a compaction"
             raise CommitConflictError(
-                f"job {self.job_id} ({entry.purpose}) was not committed: {what}, job {found.job_id} (place "
+                f"job {self.job_id} ({entry.purpose.value}) was not committed: {what}, job {found.job_id} (place "
                 f"{found.position} in the commit order of {self.table.uri}), changed the files it was made from "
                 "while it ran. Nothing of it is visible; run it again.",
                 job_id=self.job_id, other_job_id=found.job_id, destination=self.destination.uri)
         raise CommitConflictError(
-            f"job {self.job_id} ({entry.purpose}) was not committed: {found}. Nothing of it is visible; run it again.",
+            f"job {self.job_id} ({entry.purpose.value}) was not committed: {found}. Nothing of it is visible; run it again.",
             job_id=self.job_id, other_job_id="", destination=self.destination.uri)
 
     # ------------------------------------------------------------ finish (commit and recover)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import ManifestCorruptError, ManifestScopeError
-from ...modes import PartitionOverwrite, WriteMode
+from ...modes import PartitionOverwrite, Purpose, WriteMode
 from ..layout import Destination, JobPaths, is_hidden_key, job_id_of_key
 from .base import Reader, check_kind, dumps, loads_object
 from .manifest import PendingUpload
@@ -15,6 +15,15 @@ from .manifest import PendingUpload
 DESCRIPTOR_KIND = "mpcommit.JobDescriptor"
 JOURNAL_KIND = "mpcommit.CommitJournal"
 ROLLBACK_KIND = "mpcommit.JobRollback"
+
+
+def _purpose(r: Reader) -> Purpose:
+    """A record's ``purpose`` (absent in the first formats: a write); an unknown one is refused (I7)."""
+    found = r.str("purpose", optional=True) or Purpose.WRITE.value
+    try:
+        return Purpose(found)
+    except ValueError:
+        raise ManifestCorruptError(f"{r.what} at {r.where}: unknown purpose {found!r}") from None
 
 
 def _check_scope(r: Reader, *, destination: Destination, job_id: str | None, what: str, where: str) -> None:
@@ -36,7 +45,11 @@ class JobDescriptor:
     partition_overwrite: PartitionOverwrite
     created_ms: int
     hostname: str
-    purpose: str = "write"  # "write" or "compact"
+    purpose: Purpose = Purpose.WRITE
+
+    def __post_init__(self) -> None:
+        # A Purpose, also when given by its name (the API and older callers pass "write" or "compact").
+        object.__setattr__(self, "purpose", Purpose.parse(self.purpose))
 
     def to_bytes(self) -> bytes:
         return dumps(
@@ -50,7 +63,7 @@ class JobDescriptor:
                 "partitionOverwrite": self.partition_overwrite.value,
                 "created": self.created_ms,
                 "hostname": self.hostname,
-                "purpose": self.purpose,
+                "purpose": self.purpose.value,
             }
         )
 
@@ -68,7 +81,7 @@ class JobDescriptor:
             partition_overwrite=PartitionOverwrite.parse(r.str("partitionOverwrite")),
             created_ms=r.int("created"),
             hostname=r.str("hostname"),
-            purpose=r.str("purpose", optional=True) or "write",
+            purpose=_purpose(r),
         )
 
 
@@ -118,9 +131,13 @@ class CommitJournal:
     winners: tuple[str, ...]
     replace: tuple[str, ...] = ()
     delete: tuple[DeleteEntry, ...] = ()
-    purpose: str = "write"
+    purpose: Purpose = Purpose.WRITE
     merged: tuple[MergedFile, ...] = ()
     position: int | None = None
+
+    def __post_init__(self) -> None:
+        # A Purpose, also when given by its name (the API and older callers pass "write" or "compact").
+        object.__setattr__(self, "purpose", Purpose.parse(self.purpose))
 
     def to_bytes(self) -> bytes:
         self.validate_merged()
@@ -140,7 +157,7 @@ class CommitJournal:
                 "winners": list(self.winners),
                 "replace": list(self.replace),
                 "delete": [d.to_json() for d in self.delete],
-                "purpose": self.purpose,
+                "purpose": self.purpose.value,
                 **extra,
             }
         )
@@ -192,13 +209,13 @@ class CommitJournal:
                 raise ManifestScopeError(f"commit journal at {w}: {v!r} is not a partition path of {destination.uri}")
             return v
 
-        purpose = r.str("purpose", optional=True) or "write"
+        purpose = _purpose(r)
 
         def deleted(v: Any, w: str) -> DeleteEntry:
             # Only a compaction deletes named objects, and only data files: a journal that names a hidden key
             # (another job's journal, the table's _SUCCESS) could roll another job back or hide a commit.
-            if purpose != "compact":
-                raise ManifestScopeError(f"commit journal at {w}: a {purpose} job deletes no named objects; refused")
+            if purpose is not Purpose.COMPACT:
+                raise ManifestScopeError(f"commit journal at {w}: a {purpose.value} job deletes no named objects; refused")
             e = r.obj_of(v, w)
             key = e.str("key")
             if not destination.contains(key):

@@ -22,7 +22,7 @@ from enum import Enum
 from typing import Any
 
 from ...errors import ManifestCorruptError, ManifestScopeError
-from ...modes import PartitionOverwrite, WriteMode
+from ...modes import PartitionOverwrite, Purpose, WriteMode
 from ..layout import Table, paths_overlap
 from .base import Reader, check_kind, dumps, loads_object
 
@@ -92,7 +92,7 @@ class OrderEntry:
     table: str
     #: The job's destination as a path inside the table ("" when the destination is the table).
     destination: str
-    purpose: str  # "write" or "compact"
+    purpose: Purpose
     mode: WriteMode
     partition_overwrite: PartitionOverwrite
     #: Paths inside the table where the job places or deletes files ("" for the whole table).
@@ -105,10 +105,14 @@ class OrderEntry:
     #: same application and a version not newer waits for this one, then commits nothing if this one committed.
     txn: "Txn | None" = None
 
+    def __post_init__(self) -> None:
+        # A Purpose, also when given by its name (the API and older callers pass "write" or "compact").
+        object.__setattr__(self, "purpose", Purpose.parse(self.purpose))
+
     @property
     def destructive(self) -> bool:
         """Whether the job removes other jobs' files: an overwrite, or a compaction (its sources)."""
-        return bool(self.replaces) or self.purpose == "compact"
+        return bool(self.replaces) or self.purpose is Purpose.COMPACT
 
     def overlaps(self, paths: tuple[str, ...]) -> bool:
         return any(paths_overlap(a, b) for a in self.touches for b in paths)
@@ -116,7 +120,7 @@ class OrderEntry:
     def to_bytes(self) -> bytes:
         out: dict[str, Any] = {
             "kind": ENTRY_KIND, "version": 1, "position": self.position, "jobId": self.job_id,
-            "bucket": self.bucket, "table": self.table, "destination": self.destination, "purpose": self.purpose,
+            "bucket": self.bucket, "table": self.table, "destination": self.destination, "purpose": self.purpose.value,
             "mode": self.mode.value, "partitionOverwrite": self.partition_overwrite.value,
             "touches": list(self.touches), "replaces": list(self.replaces), "created": self.created_ms,
             "hostname": self.hostname,
@@ -135,9 +139,10 @@ class OrderEntry:
         found = r.int("position", minimum=1)
         if found != position:
             raise ManifestCorruptError(f"{what} at {where} says position {found}, not {position}; refused")
-        purpose = r.str("purpose")
-        if purpose not in ("write", "compact"):
-            raise ManifestCorruptError(f"{what} at {where}: unknown purpose {purpose!r}")
+        try:
+            purpose = Purpose(r.str("purpose"))
+        except ValueError:
+            raise ManifestCorruptError(f"{what} at {where}: unknown purpose {obj.get('purpose')!r}") from None
         return cls(
             position=found, job_id=r.str("jobId"), bucket=r.str("bucket"), table=obj.get("table", ""),
             destination=_path(obj.get("destination", ""), where) if obj.get("destination") else "",

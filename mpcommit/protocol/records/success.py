@@ -12,6 +12,7 @@ from typing import IO, Any
 import orjson
 
 from ...errors import ManifestCorruptError
+from ...modes import Purpose
 from .base import Reader, check_kind, dumps, loads_object
 
 SUCCESS_NAME = "mpcommit.SuccessData/1"
@@ -64,7 +65,7 @@ class SuccessData:
     timings: dict[str, float] = field(default_factory=dict)
     hostname: str = ""
     timestamp_ms: int = field(default_factory=lambda: int(time.time() * 1000))
-    purpose: str = "write"
+    purpose: Purpose = Purpose.WRITE
     #: Per partition ("" for the root), what this commit wrote; None in _SUCCESS files written before
     #: mpcommit recorded it (readers must accept both).
     partition_stats: Mapping[str, PartitionStats] | None = None
@@ -72,6 +73,10 @@ class SuccessData:
     merged_from: int | None = None
     #: The job's place in its table's commit order: a _SUCCESS is only ever replaced by a later job's.
     position: int | None = None
+
+    def __post_init__(self) -> None:
+        # A Purpose, also when given by its name (the API and older callers pass "write" or "compact").
+        object.__setattr__(self, "purpose", Purpose.parse(self.purpose))
 
     @property
     def files(self) -> int:
@@ -93,7 +98,7 @@ class SuccessData:
             "hostname": self.hostname,
             "jobId": self.job_id,
             "mode": self.mode,
-            "purpose": self.purpose,
+            "purpose": self.purpose.value,
         }
         tail: dict[str, Any] = {
             "files": self.files,
@@ -145,7 +150,7 @@ class SuccessData:
             timings={str(k): float(v) for k, v in timings.items()} if isinstance(timings, dict) else {},
             hostname=r.str("hostname", optional=True) or "",
             timestamp_ms=r.int("timestamp"),
-            purpose=r.str("purpose", optional=True) or "write",
+            purpose=_purpose(r.str("purpose", optional=True) or "write", where),
             partition_stats=partition_stats_from_json(obj.get("partitionStats"), where=where),
             merged_from=r.int("mergedFrom", optional=True),
             position=r.int("position", optional=True, minimum=1),
@@ -197,3 +202,10 @@ def success_without_names(chunks: Iterable[bytes], *, where: str) -> tuple[Succe
                                        "not acted upon.")
         buffer = buffer[pos:] + more
         pos = 0
+
+
+def _purpose(value: str, where: str) -> Purpose:
+    try:
+        return Purpose(value)
+    except ValueError:
+        raise ManifestCorruptError(f"_SUCCESS at {where}: unknown purpose {value!r}") from None
