@@ -36,6 +36,7 @@ from ...store.conditional import ConditionalWrites, conditional_writes
 from ...store.s3 import S3Store
 from .. import faults
 from ..heartbeat import Heartbeat
+from ..inventory import read_success
 from ..layout import Destination, JobPaths, is_hidden_key, owner_of_key, table_of
 from ..order import Collected, OrderSnapshot, PlaceEndedError, TableOrder
 from ..records.job import CommitJournal, DeleteEntry, JobDescriptor, JobRollback, MergedFile, read_claim
@@ -364,7 +365,7 @@ class JobCommitter:
         with CommitContext(self.threads) as context:
             JobCleanup(self.store, self.destination, self.job_id, context).remove_records(journal_first=True)
         mode = CommitMode.of(journal.mode, journal.partition_overwrite)
-        success = _read_success(self.store, self.destination)
+        success = read_success(self.store, self.destination)
         named = success is not None and success.job_id == self.job_id
         by = f"{ended.by} on host {ended.hostname}".strip() if isinstance(ended, OrderOutcome) else ""
         return CommitReport(
@@ -607,12 +608,4 @@ class _Duplicate(MpcommitError):
 def _short(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     return text if len(text) <= 300 else text[:297] + "..."
-
-
-def _read_success(store: S3Store, destination: Destination) -> SuccessData | None:
-    try:
-        return SuccessData.from_bytes(store.get_object(destination.bucket, destination.success_key),
-                                      where=destination.success_key)
-    except (NoSuchKeyError, ManifestError):
-        return None
 
