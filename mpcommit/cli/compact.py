@@ -13,7 +13,18 @@ from rich.table import Table
 from ..compaction.planner import HIVE_SMALL_FILE_AVG, HIVE_TARGET_SIZE
 from ..compaction.standalone import BinStatus, CompactionReport, Outcome
 from ..compaction.standalone import compact as run_compact
-from .common import S3URI, SIZE, ProgressBars, cli_context, err_console, human_bytes, out_console, print_json
+from .common import (
+    S3URI,
+    SIZE,
+    ProgressBars,
+    cli_context,
+    err_console,
+    human_bytes,
+    order_options,
+    order_settings,
+    out_console,
+    print_json,
+)
 
 FORMATS = ("parquet", "json", "text", "csv", "csv-header")
 
@@ -71,9 +82,10 @@ class _Bars(ProgressBars):
               "files that may or may not start with a header) are read as the real run reads them, and reported.")
 @click.option("--summary", is_flag=True, help="Print the totals only, not a line per merged file (for cron logs).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of a table.")
+@order_options
 @click.pass_context
 def compact(ctx: click.Context, uri: str, target_size: int | None, small_file_avg: int | None, fmt: str | None,
-            dry_run: bool, summary: bool, as_json: bool) -> None:
+            dry_run: bool, summary: bool, as_json: bool, lease: float | None, max_wait: float | None) -> None:
     """Merge the small files of the dataset at S3URI, per partition directory, as a job of its own.
 
     Merged files are assembled in multipart uploads, mostly from server-side copies of their sources;
@@ -85,7 +97,7 @@ def compact(ctx: click.Context, uri: str, target_size: int | None, small_file_av
     """
     with _Bars() as bars:
         report = run_compact(uri, s3=cli_context(ctx).s3, target_size=target_size, small_file_avg=small_file_avg,
-                             format=fmt, dry_run=dry_run, progress=bars)
+                             format=fmt, dry_run=dry_run, progress=bars, order_settings=order_settings(lease, max_wait))
     if as_json:
         print_json(report.to_json())
     else:

@@ -32,6 +32,8 @@ from .common import (
     human_age,
     human_bytes,
     human_time,
+    order_options,
+    order_settings,
     out_console,
     plural,
     print_json,
@@ -149,9 +151,10 @@ def _action_json(a: RecoveryAction) -> dict[str, object]:
                    "(without it, writing jobs are left alone).")
 @click.option("--dry-run", is_flag=True, help="Say what would be completed, deleted and rolled back; change nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of text.")
+@order_options
 @click.pass_context
 def recover_command(ctx: click.Context, uri: str, job_id: str | None, older_than: float | None, dry_run: bool,
-                    as_json: bool) -> None:
+                    as_json: bool, lease: float | None, max_wait: float | None) -> None:
     """Finish interrupted commits under S3URI from their journals, and roll back old or named uncommitted jobs.
 
     The result of finishing equals an uninterrupted commit. A job that showed a sign of life (a record, its
@@ -162,7 +165,8 @@ def recover_command(ctx: click.Context, uri: str, job_id: str | None, older_than
     store = cli_context(ctx).store()
     out = out_console()
     with ProgressBars() as progress, progress.status(f"Recovering jobs under {dest.uri}"):
-        actions = recover(dest, store=store, job_id=job_id, older_than=older_than, dry_run=dry_run)
+        actions = recover(dest, store=store, job_id=job_id, older_than=older_than, dry_run=dry_run,
+                          order=order_settings(lease, max_wait))
     # The result only once the spinner is gone and every note the library logged on stderr while recovering is
     # out: printed job by job, a later job's note landed after an earlier job's line, in the middle of whatever
     # read the two streams next (issue 40).

@@ -398,3 +398,30 @@ def test_ctrl_c_stops_an_abort_cleanly_and_reports_what_was_done(moto_backend, c
     assert "interrupted" in captured.err
     assert 1 <= report["aborted"] < 120 and report["aborted"] + report["notDone"] == 120
     assert len(pending_uploads(backend.client, bucket, "t")) == report["notDone"]
+
+
+def test_recover_takes_a_silent_holder_for_dead_after_the_lease_given(moto_backend):
+    """Issue 37: the order's settings reach the command line. A job whose finishing turn a dead `recover` on
+    another host holds is finished once its heartbeat stayed the same for --lease (3s here; 60s by default), and
+    --single-writer may follow the command like the other global options."""
+    from mpcommit.errors import CommitStateUnknownError
+    from mpcommit.protocol import faults
+    from mpcommit.protocol.records.liveness import Holder, TurnRecord
+
+    backend = moto_backend
+    bucket = backend.new_bucket()
+    uri = f"s3://{bucket}/t"
+    job = Job.create(uri, s3=backend.options)
+    with job.spec.task(0, 0) as task:
+        with task.create(partition="dt=1", ext="txt") as out:
+            out.write(b"x\n")
+        ref = task.commit()
+    with faults.installed(faults.fail_at("commit.after_complete", 1)), pytest.raises(CommitStateUnknownError):
+        job.commit([ref])
+    backend.client.put_object(Bucket=bucket, Key=f"t/_temporary/mpcommit/{job.job_id}/finishing.json",
+                              Body=TurnRecord(job.job_id, Holder("another-host.example", 1, "recover")).to_bytes())
+    t0 = time.monotonic()
+    done = cli(moto_backend)("jobs", "recover", uri, "--lease", "3s", "--json")
+    assert done.returncode == 0 and [a["action"] for a in done.json()["actions"]] == ["finished"], done
+    assert 3 <= time.monotonic() - t0 < 45
+    assert cli(moto_backend)("jobs", "list", uri, "--single-writer", "--json").json()["jobs"] == []
