@@ -29,7 +29,7 @@ from ..errors import (
 from ..modes import PartitionOverwrite, Purpose, WriteMode
 from ..options import OrderSettings, S3Options, WriterSettings
 from ..pool import ProgressHook
-from ..store.conditional import Records, Taken
+from ..store.conditional import Held, Records, Taken
 from ..store.s3 import S3Store, store_for
 from .commit import DEFAULT_COMMIT_THREADS, AbortReport, CommitReport, JobCommitter
 from .commit.committed import HandedOverResults
@@ -176,8 +176,7 @@ class Job:
         )
         # Written first, so that cleanup tools can tell a live job's uploads from orphans. Through the one seam of
         # conditional writes: a store that cannot order jobs is refused here, before anything is uploaded.
-        if isinstance(Records.of(store, destination.bucket, table_of(destination).root).create(
-                spec.paths.descriptor, descriptor.to_bytes()), Taken):
+        if isinstance(write_descriptor(store, spec.paths, descriptor), Taken):
             raise UsageError(f"job id {job_id} is already in use at {destination.uri} (its descriptor exists); "
                              "leave job_id out for a new random id. Nothing was written.")
         job = cls(spec, descriptor, store=store, commit_threads=commit_threads, progress=progress,
@@ -291,6 +290,14 @@ def check_bucket_root_overwrite(destination: Destination, mode: WriteMode, parti
         f"Write to a prefix such as s3://{destination.bucket}/table, or pass overwrite_bucket_root=True if the "
         "whole bucket is meant to hold only this data. Nothing was written."
     )
+
+
+def write_descriptor(store: S3Store, paths: JobPaths, descriptor: JobDescriptor) -> Held | Taken:
+    """The job's descriptor, created once (the one writer of descriptors: ``Job.create``, and the first task of a
+    streaming micro-batch, whose job no ``Job.create`` makes). Taken when another one holds the key."""
+    destination = paths.destination
+    return Records.of(store, destination.bucket, table_of(destination).root).create(paths.descriptor,
+                                                                                    descriptor.to_bytes())
 
 
 def committed_already(store: S3Store, destination: Destination, txn: Txn,

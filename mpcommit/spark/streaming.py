@@ -81,7 +81,7 @@ from ..errors import (
 from ..options import S3Options, WriterSettings
 from ..protocol import faults
 from ..protocol.commit import JobCommitter
-from ..protocol.job import check_bucket_root_overwrite
+from ..protocol.job import check_bucket_root_overwrite, write_descriptor
 from ..protocol.layout import HIDDEN_ROOT, Destination, parse_uri, table_of
 from ..protocol.order import TableOrder
 from ..protocol.records.base import Reader, check_kind, dumps, loads_object
@@ -89,7 +89,7 @@ from ..protocol.records.job import JobDescriptor
 from ..protocol.records.manifest import InlineBudget, TaskResult
 from ..protocol.records.order import Outcome
 from ..protocol.task import JobSpec
-from ..store.conditional import conditional_writes
+from ..store.conditional import Held, Records
 from ..store.s3 import S3Store, store_for
 from .datasource import Message, TaskOutcome
 from .plan import PlannedWrite, arrow_schema_of, plan_write
@@ -204,16 +204,15 @@ class ProgressBook:
         return StreamProgress.from_bytes(data, where=self.where, query_id=self.query_id), etag
 
     def write(self, record: StreamProgress, etag: str | None) -> str:
-        """Replace the version read (``etag``; None: there was none). PreconditionFailedError when it changed
-        meanwhile, on a store that honours conditional writes."""
+        """Replace the version read (``etag``; None: there was none), through the store's one seam of conditional
+        writes. PreconditionFailedError when it changed meanwhile."""
         record = replace(record, updated_ms=int(time.time() * 1000), hostname=socket.gethostname())
-        data = record.to_bytes()
-        cond = conditional_writes(self.store, self.table.bucket, self.table.root)
-        if etag is None:
-            return self.store.put_object(self.table.bucket, self.key, data, if_none_match=cond.create_only,
-                                         content_type="application/json")
-        return self.store.put_object(self.table.bucket, self.key, data, if_match=etag if cond.match_etag else None,
-                                     content_type="application/json")
+        found = Records.of(self.store, self.table.bucket, self.table.root).replace(self.key, record.to_bytes(),
+                                                                                   etag=etag)
+        if not isinstance(found, Held):
+            raise PreconditionFailedError(f"{self.where} changed while this micro-batch was being committed",
+                                          operation="put_object", bucket=self.table.bucket, key=self.key)
+        return found.etag
 
 
 # ---------------------------------------------------------------- the sink
@@ -320,10 +319,7 @@ def _record_job(spec: JobSpec, planned: PlannedWrite) -> None:
     descriptor = JobDescriptor(job_id=spec.job_id, bucket=d.bucket, prefix=d.prefix, mode=request.mode,
                                partition_overwrite=request.partition_overwrite, created_ms=int(time.time() * 1000),
                                hostname=socket.gethostname())
-    try:
-        store_for(spec.s3).put_object(d.bucket, spec.paths.descriptor, descriptor.to_bytes(), if_none_match=True)
-    except PreconditionFailedError:
-        pass  # another task of the micro-batch wrote it first
+    write_descriptor(store_for(spec.s3), spec.paths, descriptor)  # or another task of the micro-batch did first
 
 
 @dataclass

@@ -17,6 +17,10 @@ lock); otherwise the first record a job writes is refused by name (:class:`Condi
 
 Answers are kept per (endpoint, bucket) for the life of the process: a bucket's store does not change under a
 running job.
+
+One conditional write lives outside :class:`Records`: ``_SUCCESS`` (protocol/commit/journal.py), replaced only
+while no later job's is there -- its body may be a file of a million names, and its rule is its own (it reads the
+position of the one there, and keeps the later).
 """
 
 from __future__ import annotations
