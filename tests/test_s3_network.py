@@ -124,6 +124,22 @@ def test_holds_each_operation_for_its_own_latency(net: S3Network, _moto_backend_
         assert ops[op]["latency_seconds"] == 0 and ops[op]["held_seconds"] == 0
 
 
+def test_a_tail_varies_each_answers_wait_around_the_median(net: S3Network, _moto_backend_session: Backend) -> None:
+    net.set_profile(NetworkProfile("tail", default=0.005, tail={"default": 0.100}))
+    bucket = _bucket(_moto_backend_session)
+    c = raw_s3_client(net.endpoint_url)
+    c.put_object(Bucket=bucket, Key="k", Body=b"x")
+    net.reset()
+    waits = []
+    for _ in range(40):
+        t0 = time.perf_counter()
+        c.head_object(Bucket=bucket, Key="k")
+        waits.append(time.perf_counter() - t0)
+    total = net.stats()["ops"]["HeadObject"]["latency_seconds"]
+    assert total != pytest.approx(40 * 0.005, rel=0.05), "drawn, not the median every time"
+    assert max(waits) > 0.015, "some answers wait several times the median"
+
+
 def test_caps_bandwidth_per_connection_each_way(net: S3Network, _moto_backend_session: Backend) -> None:
     bucket = _bucket(_moto_backend_session)
     c = raw_s3_client(net.endpoint_url)
