@@ -91,12 +91,12 @@ def bucket_of(variant: str) -> str:
 
 def tuned(variant: str) -> dict[str, str]:
     """The S3A settings of a tuned variant: the peers' tuning, with its committer threads."""
-    from bench.bench_spark_peers import S3A_TUNING
+    from bench.bench_spark_peers import tuned_settings
 
     if not variant.startswith("magic-tuned-"):
         return {}
     threads = variant.rsplit("-", 1)[1]
-    out = {t["key"]: t["value"] for t in S3A_TUNING if "magic" in t["applies"].split()}
+    out = tuned_settings("magic-tuned")
     out["fs.s3a.committer.threads"] = threads
     out["fs.s3a.connection.maximum"] = str(max(500, 96 + 2 * int(threads)))
     return out
@@ -207,10 +207,7 @@ def cpu_usage(path: str) -> float | None:
 
 # ---------------------------------------------------------------- the child: Spark and the runs
 def child(args: argparse.Namespace) -> int:
-    from pyspark.sql import functions as F
-
     from bench.bench_spark_peers import (
-        DOUBLES,
         ROW_BYTES,
         CpuMeter,
         EventLog,
@@ -218,7 +215,9 @@ def child(args: argparse.Namespace) -> int:
         _proxy_call,
         effective_s3a,
         job_commit_seconds,
+        peers_dataframe,
         schedule,
+        session_conf,
         task_commit_seconds,
     )
     from bench.common import empty_prefix, ensure_bucket, log, make_client, s3_options
@@ -232,18 +231,9 @@ def child(args: argparse.Namespace) -> int:
         raise SystemExit(f"bench_executor: {problem}")
     work = Path(tempfile.mkdtemp(prefix="bench-executor-"))
     eventlog_dir = work / "eventlog"
-    eventlog_dir.mkdir()
     variants = tuple(args.variants.split(","))
     conf = {
-        "spark.driver.memory": args.driver_memory,
-        "spark.eventLog.enabled": "true",
-        "spark.eventLog.dir": f"file://{eventlog_dir}",
-        "spark.eventLog.compress": "false",
-        "spark.eventLog.rolling.enabled": "false",
-        "spark.local.dir": str(work / "spark-local"),
-        "spark.hadoop.fs.s3a.endpoint": args.endpoint,
-        "spark.hadoop.fs.s3a.buffer.dir": str(work / "s3a-buffer"),
-        "spark.sql.shuffle.partitions": str(args.tasks),
+        **session_conf(work, args.endpoint, tasks=args.tasks, driver_memory=args.driver_memory),
         # The JVM as users run it: the tests' C1-only compiler and serial collector (tests/support/spark_s3a.py,
         # for short-lived test JVMs) would charge the JVM peers CPU they do not spend on a cluster.
         "spark.driver.extraJavaOptions": "",
@@ -275,10 +265,7 @@ def child(args: argparse.Namespace) -> int:
                         gate={"complete_factor": GATE_COMPLETE_FACTOR, "late_share": GATE_LATE_SHARE})
 
     def dataframe(n_rows: int, values: int) -> Any:
-        df = spark.range(0, n_rows, numPartitions=args.tasks)
-        cols = [F.col("id"), (F.col("id") % values).cast("int").alias("p")]
-        cols += [F.rand(seed=i).alias(f"x{i}") for i in range(DOUBLES)]
-        return df.select(*cols)
+        return peers_dataframe(spark, n_rows, values, tasks=args.tasks)
 
     def one_write(variant: str, df: Any, prefix: str) -> dict[str, Any]:
         info: dict[str, Any] = {}

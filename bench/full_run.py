@@ -101,6 +101,14 @@ def steps() -> tuple[Step, ...]:
         # with one slot, S3A's tasks wait on their requests one after another.
         Step("executor", ("bench.bench_executor",), "7 h", "executor, targets"),
         Step("task-cpu", ("bench.bench_task_cpu", "--rounds", "5"), "15 min", "task-cpu, targets"),
+        # Issue 39 item 4: the compaction's verdict at copy rates of 8 (sourced), 25 and 50 MB/s (assumed), each with
+        # the client host's link capped at 10 Gb/s (an m5.8xlarge's).
+        *(Step(f"compaction-sensitivity-{rate}", ("bench.bench_compaction", "--server", "localstack", "--network", "s3",
+                                                   "--copy-rate", f"{rate}MB/s", "--host-bandwidth", "1250MB/s",
+                                                   "--datasets", "json-mixed-3gib", "--repeats", "5",
+                                                   "--variants", "multipart,rewrite-equal",
+                                                   "--out", f"bench/results/scratch/compaction_copy{rate}.md"),
+               est, "compaction-sensitivity") for rate, est in ((8, "10 min"), (25, "8 min"), (50, "7 min"))),
     )
 
 

@@ -600,6 +600,40 @@ def render_compaction(sessions: Sessions, runs: Sequence[Run]) -> list[str]:
     return out or ["", "_No records yet._"]
 
 
+#: The copy rate a public source supports (Hadoop's measured 6-10 MB/s): where the compaction target is judged.
+SOURCED_COPY_RATE = 8e6
+
+
+def render_compaction_sensitivity(sessions: Sessions, runs: Sequence[Run]) -> list[str]:
+    """Issue 39 item 4: the merge against the equal-footing rewrite at >= 2 GiB with latency, per copy rate of the
+    model and cap on the client host's link (each from its session's profile), the target judged at the rate a
+    source supports."""
+    rows = []
+    keyed = []
+    for r in runs:
+        profile = sessions.get(r.get("session"), {}).get("profile") or {}
+        if not profile or (r.get("data_bytes") or 0) < 2 * GiB:
+            continue
+        keyed.append({**r, "copy_rate": profile.get("copy_rate"), "host": profile.get("host_bandwidth") or 0})
+    for (rate, host, dataset), rs in sorted(_group(keyed, "copy_rate", "host", "dataset").items(),
+                                           key=lambda kv: (kv[0][0] or 0, kv[0][1] or 0, str(kv[0][2]))):
+        speed = paired_ratio(rs, "rewrite-equal", "multipart", lambda r: r["seconds"])
+        judged_here = rate == SOURCED_COPY_RATE
+        verdict = ("–" if speed.median is None else
+                   ("met" if speed.median >= 3 else "**missed**") if judged_here else
+                   ("would be met" if speed.median >= 3 else "would be missed"))
+        rows.append([f"{(rate or 0) / 1e6:g} MB/s" + (" (sourced)" if judged_here else " (assumed)"),
+                     f"{host * 8 / 1e9:g} Gb/s" if host else "none", f"{dataset} ({fmt_bytes(median(r.get('data_bytes') for r in rs))})",
+                     fmt_figure(Summary.of(r["seconds"] for r in rs if r["variant"] == "multipart")),
+                     fmt_figure(Summary.of(r["seconds"] for r in rs if r["variant"] == "rewrite-equal")),
+                     fmt_ratio(speed), verdict])
+    if not rows:
+        return ["", "_No records yet: the full run's `compaction-sensitivity-*` steps._"]
+    return ["", *md_table(["copy rate per request", "client host's link", "dataset", "merge", "rewrite (equal footing)",
+                           "merge's speed-up", "target >= 3x (judged at the sourced rate)"], rows, "lllrrrl"),
+            "", sessions_line(sessions, [r for r in runs if r.get("data_bytes", 0) >= 2 * GiB])]
+
+
 #: bench_task_scale's raw runs go straight to the server: no proxy counts them (the peers' raw runs have one).
 TASK_SCALE_NETWORK_LABELS = {**NETWORK_LABELS, "raw": "raw (straight to the server, no proxy, no added latency)"}
 
@@ -748,6 +782,7 @@ TABLES: tuple[Table, ...] = (
     Table("datasource-door", "datasource_door", render_datasource_door),
     Table("stream-commit", "stream_commit", render_stream_commit, splits_by_code=True),
     Table("executor", "executor", lambda sessions, runs: render_executor(sessions, runs)),
+    Table("compaction-sensitivity", "compaction", lambda sessions, runs: render_compaction_sensitivity(sessions, runs)),
     Table("task-cpu", "task_cpu", lambda sessions, runs: render_task_cpu(sessions, runs)),
 )
 

@@ -156,6 +156,24 @@ def test_caps_bandwidth_per_connection_each_way(net: S3Network, _moto_backend_se
     assert time.perf_counter() - t0 >= floor
 
 
+def test_caps_the_client_hosts_link_across_connections(net: S3Network, _moto_backend_session: Backend) -> None:
+    """Two connections at once share the host's cap: 2 x 2 MiB at 10 MB/s for the host take twice what one takes."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    bucket = _bucket(_moto_backend_session)
+    body = bytes(range(256)) * (8 * KiB)  # 2 MiB
+    clients = [raw_s3_client(net.endpoint_url) for _ in range(2)]
+    rate = 10e6
+    net.set_profile(NetworkProfile("host", host_bandwidth=rate))
+    floor = (2 * len(body) - 4 * 256 * KiB) / rate  # both directions' pacers lend two chunks each at most
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(lambda ic: ic[1].put_object(Bucket=bucket, Key=f"h{ic[0]}", Body=body), enumerate(clients)))
+    assert time.perf_counter() - t0 >= floor
+    assert "10 MB/s" not in NetworkProfile("host", host_bandwidth=rate).describe()  # said in Gb/s
+    assert "0.08 Gb/s for the client host" in NetworkProfile("host", host_bandwidth=rate).describe()
+
+
 def test_streams_chunked_uploads_and_answers_expect_continue(net: S3Network, _moto_backend_session: Backend) -> None:
     """boto3's own defaults: flexible checksums send a non-seekable body aws-chunked with a trailer, and large
     bodies with ``Expect: 100-continue``; both must reach the server intact."""

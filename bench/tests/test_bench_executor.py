@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from bench.bench_executor import gate, parse_plan, tuned
-from bench.report_tables import render_executor, render_targets, render_task_cpu
+from bench.report_tables import render_compaction_sensitivity, render_executor, render_targets, render_task_cpu
 from tests.support.s3_network import S3_LIKE
 
 
@@ -83,3 +83,20 @@ def test_the_task_cpu_table_shows_before_after_per_extra_file():
     text = "\n".join(render_task_cpu({"t1": {"started": "2026-11-28 00:00:00 UTC"}}, runs))
     assert "16.00 ms" in text and "4.44 ms" in text  # (23 - 5) / 1125 and (8 - 3) / 1125
     assert "after ÷ before, paired by round | **0.28x**" in text
+
+
+def test_the_compaction_sensitivity_is_judged_at_the_sourced_copy_rate():
+    sessions, runs = {}, []
+    for sid, rate in (("c8", 8e6), ("c50", 50e6)):
+        sessions[sid] = {"started": "2026-11-28 00:00:00 UTC", "profile": {"copy_rate": rate, "host_bandwidth": 1.25e9}}
+        for pair in range(3):
+            merge = 10.0 if rate == 8e6 else 4.0
+            runs += [{"session": sid, "pair": pair, "variant": "multipart", "dataset": "d", "seconds": merge,
+                      "data_bytes": 3 << 30},
+                     {"session": sid, "pair": pair, "variant": "rewrite-equal", "dataset": "d", "seconds": 20.0,
+                      "data_bytes": 3 << 30}]
+    text = "\n".join(render_compaction_sensitivity(sessions, runs))
+    eight = next(line for line in text.splitlines() if line.startswith("| 8 MB/s (sourced)"))
+    fifty = next(line for line in text.splitlines() if line.startswith("| 50 MB/s (assumed)"))
+    assert "10 Gb/s" in eight and "**2.00x**" in eight and eight.endswith("| **missed** |")
+    assert "**5.00x**" in fifty and fifty.endswith("| would be met |")

@@ -156,12 +156,16 @@ class _Answers(http.server.BaseHTTPRequestHandler):
             return False
         return True
 
-    def do_PUT(self) -> None:  # noqa: N802 - http.server's name
+    def _received(self) -> tuple[str, bytes, bytes]:
+        """The request's key (its last path segment) and body, recorded; and the error document's template."""
         body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
         with self.lock:
             self.seen.append((self.path, dict(self.headers.items()), body))
         key = self.path.split("?")[0].rsplit("/", 1)[-1]
-        error = b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>%s</Code><Message>%s</Message></Error>'
+        return key, body, b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>%s</Code><Message>%s</Message></Error>'
+
+    def do_PUT(self) -> None:  # noqa: N802 - http.server's name
+        key, body, error = self._received()
         if self._failed(key, error):
             return
         self.send_response(200)
@@ -173,11 +177,7 @@ class _Answers(http.server.BaseHTTPRequestHandler):
         self.end_headers()
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's name
-        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        with self.lock:
-            self.seen.append((self.path, dict(self.headers.items()), body))
-        key = self.path.split("?")[0].rsplit("/", 1)[-1]
-        error = b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>%s</Code><Message>%s</Message></Error>'
+        key, body, error = self._received()
         if self._failed(key, error):
             return
         if self.path.endswith("?uploads"):

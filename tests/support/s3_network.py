@@ -204,6 +204,9 @@ class NetworkProfile:
     #: latency (``"default"`` for the others): the latencies above are then the medians of lognormal distributions
     #: through these p99s, and each answer waits a latency drawn from its operation's (:meth:`latency_for`).
     tail: Mapping[str, float] = field(default_factory=dict)
+    #: The client host's own link (bytes/s, each way, all connections together; ``None``: none). Server-side copies
+    #: move no bytes over it; a rewrite that downloads and uploads moves everything twice.
+    host_bandwidth: float | None = None
 
     def spread(self, op: str) -> float:
         """The lognormal's sigma for ``op``: ln(p99 / p50) / z(0.99); 0 without a tail."""
@@ -234,12 +237,14 @@ class NetworkProfile:
 
     @property
     def shaped(self) -> bool:
-        return bool(self.default or any(self.latency.values()) or self.bandwidth or self.throttle)
+        return bool(self.default or any(self.latency.values()) or self.bandwidth or self.throttle
+                    or self.host_bandwidth)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "default": self.default, "latency": dict(self.latency),
                 "bandwidth": self.bandwidth, "copy_rate": self.copy_rate, "per_key": dict(self.per_key),
-                "throttle": self.throttle.to_json() if self.throttle else None, "tail": dict(self.tail)}
+                "throttle": self.throttle.to_json() if self.throttle else None, "tail": dict(self.tail),
+                "host_bandwidth": self.host_bandwidth}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "NetworkProfile":
@@ -249,7 +254,8 @@ class NetworkProfile:
                    copy_rate=float(data["copy_rate"]) if data.get("copy_rate") else None,
                    per_key={str(k): float(v) for k, v in (data.get("per_key") or {}).items()},
                    throttle=ThrottleRule.from_json(data["throttle"]) if data.get("throttle") else None,
-                   tail={str(k): float(v) for k, v in (data.get("tail") or {}).items()})
+                   tail={str(k): float(v) for k, v in (data.get("tail") or {}).items()},
+                   host_bandwidth=float(data["host_bandwidth"]) if data.get("host_bandwidth") else None)
 
     def describe(self) -> str:
         if not self.shaped:
@@ -270,6 +276,8 @@ class NetworkProfile:
             parts.append(f"server-side copies also take size / {self.copy_rate / 1e6:.0f} MB/s")
         if self.bandwidth:
             parts.append(f"bodies at most {self.bandwidth / 1e6:.0f} MB/s per connection each way")
+        if self.host_bandwidth:
+            parts.append(f"at most {self.host_bandwidth * 8 / 1e9:g} Gb/s for the client host, each way")
         if self.throttle:
             parts.append(self.throttle.describe())
         return "; ".join(parts)
@@ -353,6 +361,15 @@ SOURCES: tuple[tuple[str, str, str], ...] = (
     ("partition (profile `s3`)", "each directory prefix (the key up to its last `/`)",
      f"{_AWS_PERF}: \"There are no limits to the number of prefixes in a bucket\"; the rate is per "
      "*partitioned* prefix, which a busy, long-lived table has."),
+    ("copy rate, sensitivity (compaction)", "8, 25 and 50 MB/s per server-side copy request",
+     "8 MB/s is the one published figure (Hadoop's, above: 6-10 MB/s measured in 2017); 25 and 50 MB/s are "
+     "**assumptions** bracketing a faster S3 of today, which no public source measures. A compaction's verdict is "
+     "read at each rate and judged at 8 MB/s, the rate a source supports."),
+    ("client host's link (compaction sensitivity)", "10 Gb/s each way, all connections together",
+     "AWS, *Amazon EC2 instance network bandwidth* (docs.aws.amazon.com/AWSEC2/latest/UserGuide/"
+     "ec2-instance-network-bandwidth.html): \"an m5.8xlarge instance has 32 vCPUs and 10 Gbps network bandwidth\", "
+     "for inbound and, simultaneously, outbound traffic; instances of 16 vCPUs or fewer have a lower baseline and "
+     "burst \"up to\" theirs. Off by default (`host_bandwidth`): the benchmarks' other figures are per connection."),
     ("latency tail (profile `s3-tail`)",
      "lognormal per request class through the median above and a p99 of 10x it: 300 ms for the requests of 30 ms, "
      "800 ms for CompleteMultipartUpload, 400 ms for a DeleteObjects' base, 500 ms for a copy's base",
@@ -711,6 +728,8 @@ class Proxy:
         #: The tail's draws: a seeded generator, so that a run's latencies are the same multiset whatever the
         #: order the requests arrive in (which one gets which draw depends on that order).
         self.draws = random.Random(39)
+        #: The client host's link, each way, shared by every connection (NetworkProfile.host_bandwidth).
+        self.host_up, self.host_down = _Pacer(), _Pacer()
         self.faults = FaultDecider(faults)
         self.record_headers = record_headers
         self.headers: list[tuple[str, dict[str, str]]] = []  # (request class, headers in lower case) when recorded
@@ -790,13 +809,15 @@ class Proxy:
         stats["requests"] += 1
         c.in_flight += 1
         c.max_in_flight = max(c.max_in_flight, c.in_flight)
-        rate = profile.bandwidth
+        rate, host = profile.bandwidth, profile.host_bandwidth
 
         async def up_pace(n: int) -> None:
             await pace_up.take(n, rate)
+            await self.host_up.take(n, host)
 
         async def down_pace(n: int) -> None:
             await pace_down.take(n, rate)
+            await self.host_down.take(n, host)
 
         try:
             chunked = "chunked" in lower.get("transfer-encoding", "").lower()
@@ -1124,6 +1145,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--latency", default="", help="overrides, e.g. default=25ms,CompleteMultipartUpload=80ms")
     p.add_argument("--bandwidth", help="per-connection cap each way, e.g. 85MB/s, or none")
     p.add_argument("--copy-rate", help="server-side copy rate added to copies' latency, e.g. 8MB/s, or none")
+    p.add_argument("--host-bandwidth", help="the client host's link, all connections together, each way, e.g. 1250MB/s")
     p.add_argument("--faults-json", help="the faults to inject as JSON (FaultPlan.to_json); none by default")
     p.add_argument("--record-headers", action="store_true", help="keep every request's headers (GET /__proxy/headers)")
     p.add_argument("--stats-file", help="write the counters here (JSON) when the proxy stops")
@@ -1143,7 +1165,9 @@ def main(argv: list[str] | None = None) -> int:
         data["bandwidth"] = parse_rate(args.bandwidth)
     if args.copy_rate is not None:
         data["copy_rate"] = parse_rate(args.copy_rate)
-    if args.latency or args.bandwidth is not None or args.copy_rate is not None:
+    if args.host_bandwidth is not None:
+        data["host_bandwidth"] = parse_rate(args.host_bandwidth)
+    if args.latency or args.bandwidth is not None or args.copy_rate is not None or args.host_bandwidth is not None:
         data["name"] = f"{data['name']} (modified)"
     asyncio.run(_serve(args, NetworkProfile.from_json(data)))
     return 0
