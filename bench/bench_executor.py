@@ -39,8 +39,8 @@ writer-only baseline. Cells: files (``tasks x partition values``: every task hol
 interleaved: in every round each cell's variants run back to back, the compared pair (mpcommit and
 ``magic-tuned-32``) in ABBA order, the others rotating (``bench_spark_peers.schedule``).
 
-    python -m bench.bench_executor --smoke                 # one pair at 1,000 files, raw and s3 (~15 min)
-    python -m bench.bench_executor                         # the full plan (hours; see BENCHMARKS.md)
+    python -m bench.bench_executor --smoke                 # one pair at 1,000 files, raw and s3 (~30 min)
+    python -m bench.bench_executor                         # the full plan (~24 h at load 15-36; see full_run)
 """
 
 from __future__ import annotations

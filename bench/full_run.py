@@ -97,9 +97,11 @@ def steps() -> tuple[Step, ...]:
                                "--networks", "s3"),
              "1 min", "stream-commit"),
         # Issue 39: the peers as an executor runs them (bench/bench_executor.py's plan: 1,000 files raw, s3 and
-        # s3-tail; 10,000 raw and s3; 5 interleaved rounds of 5 variants). The estimate is from its smoke run:
-        # with one slot, S3A's tasks wait on their requests one after another.
-        Step("executor", ("bench.bench_executor",), "7 h", "executor, targets"),
+        # s3-tail; 10,000 raw and s3; 5 interleaved rounds of 5 variants). The estimate is from its smoke run
+        # (2026-11-28, load 15-36: one round of the two 1,000-file cells took 27 min, S3A's runs 2.4-6.8 min each),
+        # scaled by the files: with one slot, S3A's tasks wait on their requests one after another, and the
+        # 10,000-file cells with latency take about 2.5 h a round. On a quiet machine perhaps half.
+        Step("executor", ("bench.bench_executor",), "24 h", "executor, targets"),
         Step("task-cpu", ("bench.bench_task_cpu", "--rounds", "5"), "15 min", "task-cpu, targets"),
         # Issue 39 item 4: the compaction's verdict at copy rates of 8 (sourced), 25 and 50 MB/s (assumed), each with
         # the client host's link capped at 10 Gb/s (an m5.8xlarge's).
