@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import dataclasses
 import datetime as dt
 import io
 import json
@@ -459,6 +460,12 @@ def main(argv: list[str] | None = None) -> int:
                          "json-mixed-Ngib (N = 2..9: N times as much; 3 is the first past 2 GiB)")
     ap.add_argument("--network", choices=("none", "s3"), default="none",
                     help="s3: put the S3-like network (tests/support/s3_network.py, profile s3) in front of the server")
+    ap.add_argument("--copy-rate", default=None,
+                    help="with --network s3: the model's server-side copy rate instead of its 8 MB/s (e.g. 25MB/s), "
+                         "for the sensitivity table")
+    ap.add_argument("--host-bandwidth", default=None,
+                    help="with --network s3: a cap on the client host's link, all connections together, each way "
+                         "(e.g. 1250MB/s: 10 Gb/s), for the sensitivity table")
     ap.add_argument("--rewrite-threads", type=int, default=8, help="connections of the old rewrite baseline (rewrite)")
     ap.add_argument("--variants", default="multipart,rewrite-equal",
                     help="comma-separated: multipart, rewrite-equal (the merge's footing), rewrite (the old baseline)")
@@ -477,10 +484,17 @@ def main(argv: list[str] | None = None) -> int:
     else:
         log(f"starting the {args.server} server")
         server = start_server(args.server)
+    profile = None
     if args.network == "s3":
-        from tests.support.s3_network import S3_LIKE, S3Network
+        from tests.support.s3_network import S3_LIKE, S3Network, parse_rate
 
-        net = S3Network(server.endpoint, S3_LIKE).start()
+        profile = S3_LIKE
+        if args.copy_rate or args.host_bandwidth:
+            rate = parse_rate(args.copy_rate) if args.copy_rate else S3_LIKE.copy_rate
+            host = parse_rate(args.host_bandwidth) if args.host_bandwidth else None
+            name = f"s3, copies at {(rate or 0) / 1e6:g} MB/s" + (f", host link {host * 8 / 1e9:g} Gb/s" if host else "")
+            profile = dataclasses.replace(S3_LIKE, name=name, copy_rate=rate, host_bandwidth=host)
+        net = S3Network(server.endpoint, profile).start()
         stop_server = server.stop
         server_pid = server.pid
 
@@ -488,7 +502,7 @@ def main(argv: list[str] | None = None) -> int:
             net.stop()
             stop_server()
 
-        server = Server(net.endpoint_url, f"{server.description}, through the S3-like network ({S3_LIKE.describe()})",
+        server = Server(net.endpoint_url, f"{server.description}, through the S3-like network ({profile.describe()})",
                         stop_both, server_pid)
     try:
         client = make_client(server.endpoint)
@@ -503,7 +517,7 @@ def main(argv: list[str] | None = None) -> int:
         from bench.common import server_cpu_seconds
 
         records = RecordLog("compaction", directory=args.records, network=args.network,
-                            profile=S3_LIKE.to_json() if args.network == "s3" else None, server=server.description,
+                            profile=profile.to_json() if profile is not None else None, server=server.description,
                             footing={"rewrite-equal": {"bins_at_once": EQUAL_BIN_THREADS, "threads": EQUAL_THREADS,
                                                        "connections": EQUAL_CONNECTIONS},
                                      "multipart": {"bins_at_once": 4, "part_threads": 32, "copy_threads": 64,

@@ -235,6 +235,34 @@ def shape(files: int, size: int, tasks: int = SPARK_TASKS) -> dict[str, int]:
 
 
 # ---------------------------------------------------------------- the child: Spark and the runs
+def session_conf(work: Path, endpoint: str, *, tasks: int, driver_memory: str) -> dict[str, str]:
+    """A benchmark session's settings: its event log (the job commit's metric is read from it), local and S3A
+    buffer folders under ``work``, S3A sent to ``endpoint`` (the counting proxy)."""
+    (work / "eventlog").mkdir(parents=True, exist_ok=True)
+    return {
+        "spark.driver.memory": driver_memory,
+        "spark.eventLog.enabled": "true",
+        "spark.eventLog.dir": f"file://{work / 'eventlog'}",
+        "spark.eventLog.compress": "false",
+        "spark.eventLog.rolling.enabled": "false",
+        "spark.local.dir": str(work / "spark-local"),
+        "spark.hadoop.fs.s3a.endpoint": endpoint,
+        "spark.hadoop.fs.s3a.buffer.dir": str(work / "s3a-buffer"),
+        "spark.sql.shuffle.partitions": str(tasks),
+    }
+
+
+def peers_dataframe(spark: Any, n_rows: int, values: int, *, tasks: int) -> Any:
+    """The peers' rows: ``id``, ``p = id % values`` and DOUBLES random doubles, in ``tasks`` partitions of
+    contiguous ids (every task holds every value of ``p``)."""
+    from pyspark.sql import functions as F
+
+    df = spark.range(0, n_rows, numPartitions=tasks)
+    cols = [F.col("id"), (F.col("id") % values).cast("int").alias("p")]
+    cols += [F.rand(seed=i).alias(f"x{i}") for i in range(DOUBLES)]
+    return df.select(*cols)
+
+
 class EventLog:
     """Reads a running application's event log (JSON lines) from where the last read stopped."""
 
@@ -501,7 +529,6 @@ def effective_s3a(spark: Any, bucket: str, settings: dict[str, str]) -> dict[str
 
 def child(args: argparse.Namespace) -> int:
     import psutil  # noqa: F401 - fail early
-    from pyspark.sql import functions as F
 
     from bench.records import RecordLog
     from mpcommit.options import S3Options, WriterSettings
@@ -514,23 +541,11 @@ def child(args: argparse.Namespace) -> int:
         raise SystemExit(f"bench_spark_peers: {problem}")
     work = Path(tempfile.mkdtemp(prefix="bench-peers-"))
     eventlog_dir = work / "eventlog"
-    eventlog_dir.mkdir()
     staging = work / "staging"
-    buffers = work / "s3a-buffer"
     plan = parse_plan(args.plan)
     variants = tuple(dict.fromkeys(v for runs in plan.values() for v in runs))
-    conf = {
-        "spark.driver.memory": args.driver_memory,
-        "spark.eventLog.enabled": "true",
-        "spark.eventLog.dir": f"file://{eventlog_dir}",
-        "spark.eventLog.compress": "false",
-        "spark.eventLog.rolling.enabled": "false",
-        "spark.local.dir": str(work / "spark-local"),
-        "spark.hadoop.fs.s3a.endpoint": args.endpoint,
-        "spark.hadoop.fs.s3a.buffer.dir": str(buffers),
-        "spark.sql.shuffle.partitions": str(args.tasks),
-        **bucket_conf(variants),
-    }
+    conf = {**session_conf(work, args.endpoint, tasks=args.tasks, driver_memory=args.driver_memory),
+            **bucket_conf(variants)}
     spark, _ = spark_session(master=f"local[{args.slots}]", app="mpcommit-bench-peers", conf=conf)
     if not session_has_s3a(spark):
         raise SystemExit("bench_spark_peers: the Spark JVM has no S3A classes")
@@ -563,10 +578,7 @@ def child(args: argparse.Namespace) -> int:
                    "max_completes_in_flight": S3Options().max_completes_in_flight}
 
     def dataframe(n_rows: int, values: int) -> Any:
-        df = spark.range(0, n_rows, numPartitions=args.tasks)
-        cols = [F.col("id"), (F.col("id") % values).cast("int").alias("p")]
-        cols += [F.rand(seed=i).alias(f"x{i}") for i in range(DOUBLES)]
-        return df.select(*cols)
+        return peers_dataframe(spark, n_rows, values, tasks=args.tasks)
 
     def one_write(variant: str, df: Any, prefix: str) -> dict[str, Any]:
         uri = f"s3a://{bucket_of(variant)}/{prefix.rstrip('/')}"

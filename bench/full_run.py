@@ -1,7 +1,7 @@
-"""Issue 25's full set of benchmark runs, one after another, then BENCHMARKS.md's tables regenerated.
+"""The full set of benchmark runs (issues 25 and 39), one after another, then BENCHMARKS.md's tables regenerated.
 
     python -m bench.full_run --list                 # the steps, their commands and expected durations
-    python -m bench.full_run                        # everything (about 5 h on the 2-core machine)
+    python -m bench.full_run                        # everything (about 12 h on the 2-core machine)
     python -m bench.full_run --only peers-s3,commit-s3-100k
     python -m bench.full_run --missing              # only the steps not yet done at this product code
     python -m bench.full_run --records /tmp/rec     # records elsewhere (default bench/results, kept in git)
@@ -96,6 +96,21 @@ def steps() -> tuple[Step, ...]:
         Step("stream-commit", ("bench.bench_datasource", "stream", "--batches", "20", "--files", "10", "100",
                                "--networks", "s3"),
              "1 min", "stream-commit"),
+        # Issue 39: the peers as an executor runs them (bench/bench_executor.py's plan: 1,000 files raw, s3 and
+        # s3-tail; 10,000 raw and s3; 5 interleaved rounds of 5 variants). The estimate is from its smoke run
+        # (2026-11-28, load 15-36: one round of the two 1,000-file cells took 27 min, S3A's runs 2.4-6.8 min each),
+        # scaled by the files: with one slot, S3A's tasks wait on their requests one after another, and the
+        # 10,000-file cells with latency take about 2.5 h a round. On a quiet machine perhaps half.
+        Step("executor", ("bench.bench_executor",), "24 h", "executor, targets"),
+        Step("task-cpu", ("bench.bench_task_cpu", "--rounds", "5"), "15 min", "task-cpu, targets"),
+        # Issue 39 item 4: the compaction's verdict at copy rates of 8 (sourced), 25 and 50 MB/s (assumed), each with
+        # the client host's link capped at 10 Gb/s (an m5.8xlarge's).
+        *(Step(f"compaction-sensitivity-{rate}", ("bench.bench_compaction", "--server", "localstack", "--network", "s3",
+                                                   "--copy-rate", f"{rate}MB/s", "--host-bandwidth", "1250MB/s",
+                                                   "--datasets", "json-mixed-3gib", "--repeats", "5",
+                                                   "--variants", "multipart,rewrite-equal",
+                                                   "--out", f"bench/results/scratch/compaction_copy{rate}.md"),
+               est, "compaction-sensitivity") for rate, est in ((8, "10 min"), (25, "8 min"), (50, "7 min"))),
     )
 
 

@@ -10,11 +10,14 @@ smoke runs (``bench/results/smoke/``) with the same code, under a heading that s
 
 Statistics (all here, tested in bench/tests/test_bench_report.py):
 
-* a figure is the **median** of its runs, with a 95% percentile-bootstrap interval of the median (10,000
-  resamples, fixed seed) from 3 runs on;
+* a figure is the **median** of its runs, with an interval named for what it is (:func:`interval_text`): a
+  percentile bootstrap of the median (10,000 resamples, fixed seed) can only land on the values themselves, and
+  from up to 5 values it comes out as their range -- "min-max of 5, covers the median 94%" (the range of n values
+  holds the median with probability 1 - 2 x 0.5^n), never "95% CI"; where it is narrower than the range, "95%
+  bootstrap CI";
 * a comparison is the median of **paired ratios**: two runs pair when they belong to the same session and round
-  (``pair``) -- they ran back to back, interleaved ABBA, and shared the machine's load -- with the bootstrap
-  interval of that median; with fewer than 3 pairs, the range, and "one pair" for one;
+  (``pair``) -- they ran back to back, interleaved ABBA, and shared the machine's load -- with its interval named
+  the same way, and "one pair" for one;
 * the raw count of runs is always shown, so that a reader sees how much a figure rests on.
 """
 
@@ -114,27 +117,50 @@ def fmt_bytes(n: float | None) -> str:
     return f"{n:,.0f} B"
 
 
+def range_coverage(n: int) -> float:
+    """How often the range (min-max) of ``n`` values holds their distribution's median: 1 - 2 x 0.5^n (93.75% for
+    5, 50% for 2), whatever the distribution."""
+    return 1 - 2 * 0.5 ** n
+
+
+def interval_kind(s: Summary) -> str:
+    """What a figure's interval is, named as it is: the percentile bootstrap of a median of few values can only
+    land on the values themselves, and with up to 5 it is their range -- whose coverage of the median is
+    :func:`range_coverage`, not 95%. So: ``"range"`` (2 values, or a bootstrap that came out as the range) or
+    ``"bootstrap"`` (a 95% percentile-bootstrap interval narrower than the range); ``""`` for none."""
+    if s.ci is None:
+        return "range" if s.n >= 2 else ""
+    return "range" if (s.ci[0], s.ci[1]) == (s.lo, s.hi) else "bootstrap"
+
+
+def interval_text(s: Summary, fmt: Callable[[float], str], *, unit_n: str = "") -> str:
+    """``min-max 0.53-0.63 of 5, covers the median 94%`` or ``95% bootstrap CI 0.53-0.63 of 12``."""
+    kind = interval_kind(s)
+    n = f"{s.n}{unit_n}"
+    if kind == "range":
+        assert s.lo is not None and s.hi is not None
+        return f"min-max {fmt(s.lo)}-{fmt(s.hi)} of {n}, covers the median {range_coverage(s.n):.0%}"
+    if kind == "bootstrap":
+        assert s.ci is not None
+        return f"95% bootstrap CI {fmt(s.ci[0])}-{fmt(s.ci[1])} of {n}"
+    return ""
+
+
 def fmt_figure(s: Summary, fmt: Callable[[float | None], str] = fmt_seconds) -> str:
-    """``12.3 s (95% CI 11.9-12.8 s)``; the range below 3 runs."""
+    """``12.3 s (min-max 11.9-12.8 s of 5, covers the median 94%)``; a bootstrap interval from enough runs."""
     if s.median is None:
         return "–"
-    if s.ci is not None:
-        return f"{fmt(s.median)} (CI {fmt(s.ci[0])}-{fmt(s.ci[1])})"
-    if s.n >= 2:
-        return f"{fmt(s.median)} (range {fmt(s.lo)}-{fmt(s.hi)})"
-    return fmt(s.median)
+    text = interval_text(s, fmt)
+    return f"{fmt(s.median)} ({text})" if text else fmt(s.median)
 
 
 def fmt_ratio(s: Summary, *, bold: bool = True) -> str:
-    """``**0.58x** (95% CI 0.53-0.63, n=5)``; the range for 2 pairs; "(one pair)"; "–" for none."""
+    """``**0.58x** (min-max 0.53-0.63 of 5 pairs, covers the median 94%)``; "(one pair)"; "–" for none."""
     if s.median is None:
         return "–"
     head = f"**{s.median:.2f}x**" if bold and s.n >= 3 else f"{s.median:.2f}x"
-    if s.ci is not None:
-        return f"{head} (95% CI {s.ci[0]:.2f}-{s.ci[1]:.2f}, n={s.n})"
-    if s.n == 2:
-        return f"{head} (range {s.lo:.2f}-{s.hi:.2f}, n=2)"
-    return f"{head} (one pair)"
+    text = interval_text(s, lambda x: f"{x:.2f}", unit_n=" pairs")
+    return f"{head} ({text})" if text else f"{head} (one pair)"
 
 
 def md_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str | None = None) -> list[str]:
@@ -559,8 +585,7 @@ def render_compaction(sessions: Sessions, runs: Sequence[Run]) -> list[str]:
         for v in [v for v in ("multipart", "rewrite-equal", "rewrite") if any(r["variant"] == v for r in rs)]:
             vr = [r for r in rs if r["variant"] == v]
             ratio = paired_ratio(rs, "multipart", v, lambda r: r["seconds"]) if v != "multipart" else None
-            speed = ("–" if ratio is None or ratio.median is None else
-                     f"{1 / ratio.median:.2f}x" + (f" (CI {1 / ratio.ci[1]:.2f}-{1 / ratio.ci[0]:.2f})" if ratio.ci else ""))
+            speed = "–" if ratio is None else fmt_ratio(paired_ratio(rs, v, "multipart", lambda r: r["seconds"]), bold=False)
             rows.append([COMPACTION_LABELS.get(v, v), len(vr), fmt_figure(Summary.of(r["seconds"] for r in vr)),
                          fmt_ratio(ratio) if ratio else "–", speed, _distinct(r.get("outputs") for r in vr),
                          _num(median(r.get("requests_total") for r in vr), 0),
@@ -573,6 +598,40 @@ def render_compaction(sessions: Sessions, runs: Sequence[Run]) -> list[str]:
         out += ["", sessions_line(sessions, rs)]
         out += shared_cores_note(sessions, rs)
     return out or ["", "_No records yet._"]
+
+
+#: The copy rate a public source supports (Hadoop's measured 6-10 MB/s): where the compaction target is judged.
+SOURCED_COPY_RATE = 8e6
+
+
+def render_compaction_sensitivity(sessions: Sessions, runs: Sequence[Run]) -> list[str]:
+    """Issue 39 item 4: the merge against the equal-footing rewrite at >= 2 GiB with latency, per copy rate of the
+    model and cap on the client host's link (each from its session's profile), the target judged at the rate a
+    source supports."""
+    rows = []
+    keyed = []
+    for r in runs:
+        profile = sessions.get(r.get("session"), {}).get("profile") or {}
+        if not profile or (r.get("data_bytes") or 0) < 2 * GiB:
+            continue
+        keyed.append({**r, "copy_rate": profile.get("copy_rate"), "host": profile.get("host_bandwidth") or 0})
+    for (rate, host, dataset), rs in sorted(_group(keyed, "copy_rate", "host", "dataset").items(),
+                                           key=lambda kv: (kv[0][0] or 0, kv[0][1] or 0, str(kv[0][2]))):
+        speed = paired_ratio(rs, "rewrite-equal", "multipart", lambda r: r["seconds"])
+        judged_here = rate == SOURCED_COPY_RATE
+        verdict = ("–" if speed.median is None else
+                   ("met" if speed.median >= 3 else "**missed**") if judged_here else
+                   ("would be met" if speed.median >= 3 else "would be missed"))
+        rows.append([f"{(rate or 0) / 1e6:g} MB/s" + (" (sourced)" if judged_here else " (assumed)"),
+                     f"{host * 8 / 1e9:g} Gb/s" if host else "none", f"{dataset} ({fmt_bytes(median(r.get('data_bytes') for r in rs))})",
+                     fmt_figure(Summary.of(r["seconds"] for r in rs if r["variant"] == "multipart")),
+                     fmt_figure(Summary.of(r["seconds"] for r in rs if r["variant"] == "rewrite-equal")),
+                     fmt_ratio(speed), verdict])
+    if not rows:
+        return ["", "_No records yet: the full run's `compaction-sensitivity-*` steps._"]
+    return ["", *md_table(["copy rate per request", "client host's link", "dataset", "merge", "rewrite (equal footing)",
+                           "merge's speed-up", "target >= 3x (judged at the sourced rate)"], rows, "lllrrrl"),
+            "", sessions_line(sessions, [r for r in runs if r.get("data_bytes", 0) >= 2 * GiB])]
 
 
 #: bench_task_scale's raw runs go straight to the server: no proxy counts them (the peers' raw runs have one).
@@ -722,6 +781,9 @@ TABLES: tuple[Table, ...] = (
     Table("writer", "writer", render_writer),
     Table("datasource-door", "datasource_door", render_datasource_door),
     Table("stream-commit", "stream_commit", render_stream_commit, splits_by_code=True),
+    Table("executor", "executor", lambda sessions, runs: render_executor(sessions, runs)),
+    Table("compaction-sensitivity", "compaction", lambda sessions, runs: render_compaction_sensitivity(sessions, runs)),
+    Table("task-cpu", "task_cpu", lambda sessions, runs: render_task_cpu(sessions, runs)),
 )
 
 
@@ -800,6 +862,331 @@ def render_code_versions(results: Path, head: str | None = None) -> list[str]:
                       rows, "llrrl")]
 
 
+# ---------------------------------------------------------------- the executor-shaped peers (issue 39 item 1)
+EXECUTOR_ORDER = ("mpcommit", "magic-tuned-32", "magic-tuned-128", "magic", "local-disk")
+EXECUTOR_LABELS = {
+    "mpcommit": "mpcommit.spark.write", "magic-tuned-32": "S3A magic, tuned, 32 threads",
+    "magic-tuned-128": "S3A magic, tuned, 128 threads", "magic": "S3A magic, Hadoop's defaults",
+    "local-disk": "Spark's writer to local disk",
+}
+EXECUTOR_BASE = "magic-tuned-32"
+
+
+def judged(runs: Sequence[Run]) -> list[Run]:
+    """The runs a figure may use: every run but those the validity gate failed (``valid: false``)."""
+    return [r for r in runs if r.get("valid") is not False]
+
+
+def per_extra_file(runs: Sequence[Run], variant: str, value: Callable[[Run], float | None] = lambda r: r.get("cpu_s"),
+                   ) -> list[tuple[tuple[Any, Any], float]]:
+    """(session, pair) -> ``value`` per extra file between the smallest and the largest cell of one variant in one
+    round and network (both runs judged valid), in milliseconds."""
+    out = []
+    by = {(r.get("session"), r.get("pair"), r.get("files_target")): r for r in judged(runs) if r["variant"] == variant}
+    sizes = sorted({k[2] for k in by})
+    if len(sizes) < 2:
+        return []
+    small, large = sizes[0], sizes[-1]
+    for (session, pair, files), r in by.items():
+        if files != large or (session, pair, small) not in by:
+            continue
+        s_run = by[(session, pair, small)]
+        a, b = value(r), value(s_run)
+        extra = (r.get("files") or large) - (s_run.get("files") or small)
+        if a is not None and b is not None and extra > 0:
+            out.append(((session, pair), (a - b) / extra * 1000))
+    return out
+
+
+def per_file_ratio(runs: Sequence[Run], num: str, den: str) -> Summary:
+    """The median of paired ratios of CPU per extra file, ``num`` over ``den`` (same session and round)."""
+    a, b = dict(per_extra_file(runs, num)), dict(per_extra_file(runs, den))
+    return Summary.of(a[k] / b[k] for k in a if k in b and b[k])
+
+
+def render_executor(sessions: Sessions, runs: Sequence[Run]) -> list[str]:
+    """Issue 39 item 1: per cell (files x network), every variant's valid runs against the tuned magic committer at
+    32 threads, paired by round; the runs the validity gate failed counted, with why."""
+    out: list[str] = []
+    for (network, files), rs in sorted(_group(runs, "network", "files_target").items(),
+                                       key=lambda kv: (str(kv[0][0]), kv[0][1] or 0)):
+        ok = judged(rs)
+        variants = [v for v in EXECUTOR_ORDER if any(r["variant"] == v for r in rs)]
+        out += ["", f"**{files:,} files, {NETWORK_LABELS.get(network, network)}**", ""]
+        rows = []
+        for v in variants:
+            vr = [r for r in rs if r["variant"] == v]
+            vok = judged(vr)
+            failed = len(vr) - len(vok)
+            gates = [r.get("gate") or {} for r in vok]
+            rows.append([
+                EXECUTOR_LABELS.get(v, v), f"{len(vr)}" + (f" ({failed} invalid)" if failed else ""),
+                fmt_figure(Summary.of(r["seconds"] for r in vok)),
+                fmt_ratio(paired_ratio(ok, v, EXECUTOR_BASE, lambda r: r["seconds"])) if v != EXECUTOR_BASE else "1.00x",
+                fmt_seconds(median(r.get("writer_s") for r in vok)), fmt_seconds(median(r.get("job_commit_s") for r in vok)),
+                fmt_ratio(paired_ratio(ok, v, EXECUTOR_BASE, lambda r: r.get("job_commit_s")), bold=False)
+                if v != EXECUTOR_BASE else "1.00x",
+                fmt_figure(Summary.of(r.get("cpu_s") for r in vok), lambda x: "–" if x is None else f"{x:,.1f} s"),
+                fmt_ratio(paired_ratio(ok, v, EXECUTOR_BASE, lambda r: r.get("cpu_s")), bold=False) if v != EXECUTOR_BASE else "1.00x",
+                fmt_ratio(paired_ratio(ok, v, "local-disk", lambda r: r.get("cpu_s")), bold=False) if v != "local-disk" else "1.00x",
+                _num(median(r["requests_total"] / r["files"] for r in vok if r.get("files") and r.get("requests_total"))),
+                _num(median(g.get("complete_ms") for g in gates), 0) + " / " + _num(median(g.get("drawn_ms") for g in gates), 0)
+                if any(g.get("complete_ms") for g in gates) else "–",
+            ])
+        out += md_table(["variant", "runs", "end to end (valid runs)", f"÷ {EXECUTOR_LABELS[EXECUTOR_BASE]}", "writer",
+                         "job commit", "÷ tuned-32", "client CPU (cgroup)", "÷ tuned-32", "÷ local disk",
+                         "requests per file", "ms per complete at the proxy / the model's"], rows)
+        invalid = [r for r in rs if r.get("valid") is False]
+        if invalid:
+            out += ["", "Runs the validity gate failed (not in the figures above): " + "; ".join(
+                f"{r['variant']} round {r.get('pair')}: {(r.get('gate') or {}).get('why')}" for r in invalid)]
+        out += ["", sessions_line(sessions, rs)]
+    for network, rs in sorted(_group(runs, "network").items(), key=lambda kv: str(kv[0][0])):
+        if len({r.get("files_target") for r in rs}) < 2:
+            continue
+        sizes = sorted({r.get("files_target") for r in rs})
+        rows = []
+        for v in [v for v in EXECUTOR_ORDER if any(r["variant"] == v for r in rs)]:
+            per = Summary.of(x for _, x in per_extra_file(rs, v))
+            rows.append([EXECUTOR_LABELS.get(v, v), fmt_figure(per, lambda x: "–" if x is None else f"{x:.2f} ms"),
+                         fmt_ratio(per_file_ratio(rs, v, EXECUTOR_BASE), bold=False) if v != EXECUTOR_BASE else "1.00x"])
+        out += ["", f"**Client CPU per extra file, {sizes[0]:,} -> {sizes[-1]:,} files, "
+                f"{NETWORK_LABELS.get(network[0], network[0])}** (each round's two runs of a variant)", ""]
+        out += md_table(["variant", "CPU per extra file", f"÷ {EXECUTOR_LABELS[EXECUTOR_BASE]}"], rows)
+    return out or ["", "_No records yet: `python -m bench.bench_executor` (the full run's `executor` step)._"]
+
+
+def render_task_cpu(sessions: Sessions, runs: Sequence[Run]) -> list[str]:
+    """Issue 39 item 3: one task's client CPU (process CPU, every thread) before and after, per cell of partition
+    values, and per extra file within each round."""
+    from .bench_task_cpu import JOB_TASKS, per_file_ms
+
+    if not runs:
+        return ["", "_No records yet: `python -m bench.bench_task_cpu` (the full run's `task-cpu` step)._"]
+    out: list[str] = []
+    values = sorted({r["values"] for r in runs})
+    codes = {v: _distinct(r.get("code_ran") for r in runs if r["variant"] == v) for v in ("before", "after")}
+    rows = []
+    for v in values:
+        rs = [r for r in runs if r["values"] == v]
+        for variant in ("before", "after"):
+            vr = [r for r in rs if r["variant"] == variant]
+            if not vr:
+                continue
+            rows.append([f"{v:,} ({v * JOB_TASKS:,}-file job)", f"{variant} ({codes[variant]})", len(vr),
+                         _distinct(r.get("files") for r in vr),
+                         fmt_figure(Summary.of(r["cpu_s"] for r in vr), lambda x: "–" if x is None else f"{x:.2f} s"),
+                         fmt_figure(Summary.of(r.get("main_thread_cpu_s") for r in vr), lambda x: "–" if x is None else f"{x:.2f} s"),
+                         fmt_seconds(median(r.get("wall_s") for r in vr)),
+                         _num(median(sum((r.get("requests") or {}).values()) / r["files"] for r in vr if r.get("files"))),
+                         fmt_ratio(paired_ratio(rs, "after", "before", lambda r: r["cpu_s"])) if variant == "after" else ""])
+    out += ["", *md_table(["partition values per task", "code", "runs", "files", "process CPU (median)",
+                           "of it the task's thread", "wall", "requests per file", "after ÷ before, paired"], rows)]
+    per_rows = []
+    by = {(r["session"], r["pair"], r["variant"], r["values"]): r for r in runs}
+    for variant in ("before", "after"):
+        per = [per_file_ms(by[(s_, p_, variant, values[0])], r) for (s_, p_, vv, n), r in by.items()
+               if vv == variant and n == values[-1] and (s_, p_, variant, values[0]) in by]
+        per_rows.append([f"{variant} ({codes[variant]})", fmt_figure(Summary.of(per), lambda x: "–" if x is None else f"{x:.2f} ms")])
+    ratios = []
+    for (s_, p_, vv, n), r in by.items():
+        keys = [(s_, p_, "after", values[0]), (s_, p_, "before", values[-1]), (s_, p_, "before", values[0])]
+        if vv == "after" and n == values[-1] and all(k in by for k in keys):
+            ratios.append(per_file_ms(by[keys[0]], r) / per_file_ms(by[keys[2]], by[keys[1]]))
+    per_rows.append(["after ÷ before, paired by round", fmt_ratio(Summary.of(ratios))])
+    out += ["", f"CPU per extra file, {values[0]:,} -> {values[-1]:,} values (each round's two runs of one code):", "",
+            *md_table(["", "CPU per extra file"], per_rows), "", sessions_line(sessions, runs)]
+    return out
+
+
+def _executor_rows(results: Path, head: str) -> list[list[str]]:
+    sessions, runs, code = _target_runs(results, "executor", head)
+    note = _code_note(code, head)
+    latency = [r for r in runs if r.get("network") == "s3"]
+    cells = sorted({r.get("files_target") for r in latency})
+    labels = ("end to end <= 0.33x the tuned magic committer at 32 threads (stated at 128), executor-shaped, with "
+              "latency, 1,000 and 10,000 files (issue 39)",
+              "job commit <= 0.25x the tuned magic committer's (issue 39)",
+              "client CPU <= 0.5x the tuned magic committer's and <= 1.0x Spark's writer to local disk (issue 39)",
+              "client CPU per extra file <= 0.6x the tuned magic committer's (issue 39)")
+    if not latency:
+        return [[label, "not measured yet (`python -m bench.full_run --only executor`)", "not measured"]
+                for label in labels]
+
+    def cellwise(value: Callable[[Run], float | None], den: str) -> list[tuple[int, Summary]]:
+        return [(f, paired_ratio(judged([r for r in latency if r.get("files_target") == f]), "mpcommit", den, value))
+                for f in cells]
+
+    def text(items: list[tuple[int, Summary]]) -> str:
+        return "; ".join(f"{fmt_ratio(s, bold=False)} at {f:,} files" for f, s in items if s.median is not None) or "–"
+
+    e2e, e2e_128 = cellwise(lambda r: r["seconds"], EXECUTOR_BASE), cellwise(lambda r: r["seconds"], "magic-tuned-128")
+    commit = cellwise(lambda r: r.get("job_commit_s"), EXECUTOR_BASE)
+    cpu, cpu_local = cellwise(lambda r: r.get("cpu_s"), EXECUTOR_BASE), cellwise(lambda r: r.get("cpu_s"), "local-disk")
+    per = per_file_ratio(latency, "mpcommit", EXECUTOR_BASE)
+    return [
+        [labels[0], text(e2e) + (f"; against 128 threads: {text(e2e_128)}" if any(s.median for _, s in e2e_128) else "")
+         + note, _verdict([s.median for _, s in e2e], lambda v: v <= 0.33)],
+        [labels[1], text(commit) + note, _verdict([s.median for _, s in commit], lambda v: v <= 0.25)],
+        [labels[2], f"{text(cpu)}; against the local-disk writer: {text(cpu_local)}" + note,
+         _bounds_verdict([(s.median, 0.5) for _, s in cpu] + [(s.median, 1.0) for _, s in cpu_local])],
+        [labels[3], (fmt_ratio(per, bold=False) if per.median is not None else "–") + note,
+         _verdict([per.median], lambda v: v <= 0.6)],
+    ]
+
+
+# ---------------------------------------------------------------- the targets table (top of BENCHMARKS.md)
+def _target_runs(results: Path, scenario: str, head: str) -> tuple[Sessions, list[Run], str | None]:
+    """The runs a target is judged on: those of the product code at ``head``, else the newest older code's (named in
+    the row), else none."""
+    sessions, runs = load([results / f"{scenario}.jsonl"])
+    by_code = runs_by_code(sessions, runs)
+    if head in by_code:
+        return sessions, by_code[head], head
+    if by_code:
+        newest = list(by_code)[-1]
+        return sessions, by_code[newest], newest
+    return sessions, [], None
+
+
+def _verdict(values: Sequence[float | None], ok: Callable[[float], bool]) -> str:
+    known = [v for v in values if v is not None]
+    if not known:
+        return "not measured"
+    return "met" if len(known) == len(values) and all(ok(v) for v in known) else "**missed**"
+
+
+def _bounds_verdict(figures: Sequence[tuple[float | None, float]]) -> str:
+    """Met when every figure is measured and at most its bound."""
+    if not any(v is not None for v, _ in figures):
+        return "not measured"
+    return "met" if all(v is not None and v <= bound for v, bound in figures) else "**missed**"
+
+
+def _code_note(code: str | None, head: str) -> str:
+    return "" if code in (None, head) else f" (at older code {code})"
+
+
+def _peer_rows(results: Path, head: str) -> list[list[str]]:
+    sessions, runs, code = _target_runs(results, "peers", head)
+    runs = [r for r in _with_network(sessions, runs) if r["network"] == "s3"]
+    note = _code_note(code, head)
+    cells: dict[str, list[tuple[int, Summary]]] = {"e2e": [], "commit": []}
+    requests = []
+    for files in (1000, 10000):
+        rs = [r for r in runs if r.get("files_target") == files]
+        cells["e2e"].append((files, paired_ratio(rs, "mpcommit", "magic-tuned", lambda r: r["seconds"])))
+        cells["commit"].append((files, paired_ratio(rs, "mpcommit", "magic-tuned", lambda r: r.get("job_commit_s"))))
+        per = {v: median(r["requests_total"] / r["files"] for r in rs if r["variant"] == v and r.get("files"))
+               for v in ("mpcommit", "magic-tuned")}
+        requests.append((files, per["mpcommit"], per["magic-tuned"]))
+
+    def cell(items: list[tuple[int, Summary]]) -> str:
+        return "; ".join(f"{fmt_ratio(s, bold=False)} at {f:,} files" for f, s in items if s.median is not None) or "–"
+
+    req_text = "; ".join(f"{a:.2f} against {b:.2f} at {f:,} files" for f, a, b in requests
+                         if a is not None and b is not None) or "–"
+    req_ok = [a < b if a is not None and b is not None else None for _, a, b in requests]
+    req_verdict = ("not measured" if not any(v is not None for v in req_ok) else
+                   "met" if all(req_ok) else "met at " + ", ".join(f"{f:,}" for (f, _, _), v in zip(requests, req_ok) if v)
+                   if any(req_ok) else "**missed**")
+    return [
+        ["end to end <= 0.33x the tuned magic committer, with latency (issue 25: `local[8]` on 2 cores)",
+         cell(cells["e2e"]) + note, _verdict([s.median for _, s in cells["e2e"]], lambda v: v <= 0.33)],
+        ["job commit <= 0.25x the tuned magic committer's, with latency (issue 25)", cell(cells["commit"]) + note,
+         _verdict([s.median for _, s in cells["commit"]], lambda v: v <= 0.25)],
+        ["requests per file below the tuned magic committer's (issue 25)", req_text + note, req_verdict],
+    ]
+
+
+def _commit_rate_row(results: Path, head: str) -> list[str]:
+    sessions, runs, code = _target_runs(results, "commit_scale", head)
+    runs = [r for r in _with_network(sessions, runs) if r["variant"] == "commit" and r.get("files") == 100_000]
+    warm = [r for r in runs if r["network"] == "s3"]
+    cold = [r for r in runs if r["network"] == "s3-cold"]
+    ok = [r for r in warm if r.get("outcome", "ok") == "ok"]
+    rate, wall = median(r.get("completes_per_s") for r in ok), median(r["wall_s"] for r in ok)
+    cpu = median(r.get("cpu_ms_per_file") for r in ok)
+    cold_rate = median(r.get("completes_per_s") for r in cold if r.get("outcome", "ok") == "ok")
+    if rate is None:
+        return ["a commit of 100,000 files through one driver (issue 25)", "–", "not measured"]
+    text = (f"{rate:,.0f}/s, {fmt_seconds(wall)}, {cpu:.3f} ms a file (medians of {len(ok)})"
+            + (f"; cold prefix {cold_rate:,.0f}/s" if cold_rate else "") + _code_note(code, head))
+    verdict = _rate_verdict(100_000, rate, cpu, len(ok) < len(warm))
+    return [">= 3,000 completes/s through one driver, 100,000 files in <= 40 s, <= 0.35 ms client CPU a file "
+            "(issue 25)", text, verdict if not (verdict == "met" and wall is not None and wall > 40) else "**missed**"]
+
+
+def _compaction_row(results: Path, head: str) -> list[str]:
+    sessions, runs, code = _target_runs(results, "compaction", head)
+    runs = [r for r in _with_network(sessions, runs) if r["network"] == "s3" and (r.get("data_bytes") or 0) >= 2 * GiB]
+    label = ">= 3x faster than an equal-footing rewrite, >= 2 GiB with latency (issue 25)"
+    if not runs:
+        return [label, "–", "not measured"]
+    speed = paired_ratio(runs, "rewrite-equal", "multipart", lambda r: r["seconds"])
+    size = median(r.get("data_bytes") for r in runs)
+    return [label, f"{fmt_ratio(speed, bold=False)} at {fmt_bytes(size)}, the model's copy rate 8 MB/s"
+            + _code_note(code, head), _verdict([speed.median], lambda v: v >= 3)]
+
+
+def _driver_row(results: Path, head: str) -> list[str]:
+    sessions, runs, code = _target_runs(results, "driver_memory", head)
+    runs = [r for r in runs if r.get("variant") == "replay-referenced" and r.get("files")]
+    by_files = {f: median(r.get("rss_growth_mib") for r in g) for (f,), g in _group(runs, "files").items()}
+    label = "driver growth 10,000 -> 1,000,000 files < 100 MiB, manifests streamed (issue 25)"
+    if by_files.get(10_000) is None or by_files.get(1_000_000) is None:
+        return [label, "–", "not measured"]
+    growth = by_files[1_000_000] - by_files[10_000]
+    return [label, f"{growth:+.1f} MiB RSS (the referenced replay)" + _code_note(code, head),
+            _verdict([growth], lambda v: v < 100)]
+
+
+def _task_cpu_row(results: Path, head: str) -> list[str]:
+    """Issue 39's before/after of the task side: CPU per extra file, mpcommit's own, per round."""
+    from .bench_task_cpu import per_file_ms
+
+    sessions, runs, code = _target_runs(results, "task_cpu", head)
+    label = "the task side's CPU per file cut, before and after (issue 39, one task of 1,250 interleaved partitions)"
+    by = {(r["session"], r["pair"], r["variant"], r["values"]): r for r in runs}
+    per: dict[str, list[float]] = {"before": [], "after": []}
+    ratios = []
+    for (session, pair, variant, values), r in by.items():
+        if values != max(v for (_, _, _, v) in by):
+            continue
+        small = by.get((session, pair, variant, min(v for (_, _, _, v) in by)))
+        if small is not None:
+            per[variant].append(per_file_ms(small, r))
+    for (session, pair, variant, values), r in by.items():
+        if variant == "after" and values == max(v for (_, _, _, v) in by):
+            small = by.get((session, pair, "after", min(v for (_, _, _, v) in by)))
+            b_large = by.get((session, pair, "before", values))
+            b_small = by.get((session, pair, "before", min(v for (_, _, _, v) in by)))
+            if small and b_large and b_small:
+                ratios.append(per_file_ms(small, r) / per_file_ms(b_small, b_large))
+    if not per["after"]:
+        return [label, "–", "not measured"]
+    before, after = Summary.of(per["before"]), Summary.of(per["after"])
+    return [label, f"{fmt_figure(before, _ms)} before, {fmt_figure(after, _ms)} after, process CPU per extra file; "
+            f"after ÷ before {fmt_ratio(Summary.of(ratios), bold=False)}" + _code_note(code, head),
+            "cut" if after.median is not None and before.median is not None and after.median < before.median
+            else "**not cut**"]
+
+
+def _ms(x: float | None) -> str:
+    return "–" if x is None else f"{x:.2f} ms"
+
+
+def render_targets(results: Path, head: str | None = None) -> list[str]:
+    """The targets and what the records say of each, computed like every other table (issue 39 item 5): each
+    figure from the runs of the product code at ``head``, or, where none measured it yet, the newest older code's,
+    named in its row."""
+    head = head or code_version("HEAD") or "?"
+    rows = [*_executor_rows(results, head), _task_cpu_row(results, head), *_peer_rows(results, head),
+            _commit_rate_row(results, head), _compaction_row(results, head), _driver_row(results, head)]
+    return [f"Generated from the records (`python -m bench.report_tables`); product code at this commit: **{head}**.",
+            "", *md_table(["target", "measured", ""], rows, "lll")]
+
+
 def render_full_run(results: Path, head: str | None = None) -> list[str]:
     """The full run's steps (:func:`bench.full_run.steps`): each one's command, what it takes (its last measured
     duration from the ledger, else the estimate) and whether it has run to its end at the product code of
@@ -827,7 +1214,8 @@ def render_full_run(results: Path, head: str | None = None) -> list[str]:
 def blocks(results: Path = RESULTS_DIR, smoke: Path = SMOKE_DIR) -> dict[str, list[str]]:
     """Every generated block by its marker name: the tables from ``results`` (the runs of this commit's code in
     the Results blocks, older code's in the ``history-*`` ones), and ``smoke-*`` from ``smoke``."""
-    out: dict[str, list[str]] = {"code-versions": render_code_versions(results), "full-run": render_full_run(results)}
+    out: dict[str, list[str]] = {"code-versions": render_code_versions(results), "full-run": render_full_run(results),
+                                 "targets": render_targets(results)}
     for t in TABLES:
         out[t.name] = render_current(t, results)
         if t.scenario:

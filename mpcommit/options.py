@@ -28,7 +28,8 @@ class RetryPolicy:
 
 
 class CompleteTransport(str, Enum):
-    """How CompleteMultipartUpload, the job commit's one request per file, is sent (mpcommit.store.transport).
+    """How CompleteMultipartUpload, the job commit's one request per file, is sent (mpcommit.store.transport), and
+    with it a task's requests per file: CreateMultipartUpload, UploadPart of parts up to 1 MiB, its manifest's PUT.
 
     ``crt``: built by mpcommit, signed by the AWS Common Runtime's SigV4 signer and sent on its asynchronous HTTP
     connections -- many completes in flight from one thread, a fraction of boto3's client CPU. ``boto3``: through

@@ -124,6 +124,22 @@ def test_holds_each_operation_for_its_own_latency(net: S3Network, _moto_backend_
         assert ops[op]["latency_seconds"] == 0 and ops[op]["held_seconds"] == 0
 
 
+def test_a_tail_varies_each_answers_wait_around_the_median(net: S3Network, _moto_backend_session: Backend) -> None:
+    net.set_profile(NetworkProfile("tail", default=0.005, tail={"default": 0.100}))
+    bucket = _bucket(_moto_backend_session)
+    c = raw_s3_client(net.endpoint_url)
+    c.put_object(Bucket=bucket, Key="k", Body=b"x")
+    net.reset()
+    waits = []
+    for _ in range(40):
+        t0 = time.perf_counter()
+        c.head_object(Bucket=bucket, Key="k")
+        waits.append(time.perf_counter() - t0)
+    total = net.stats()["ops"]["HeadObject"]["latency_seconds"]
+    assert total != pytest.approx(40 * 0.005, rel=0.05), "drawn, not the median every time"
+    assert max(waits) > 0.015, "some answers wait several times the median"
+
+
 def test_caps_bandwidth_per_connection_each_way(net: S3Network, _moto_backend_session: Backend) -> None:
     bucket = _bucket(_moto_backend_session)
     c = raw_s3_client(net.endpoint_url)
@@ -138,6 +154,24 @@ def test_caps_bandwidth_per_connection_each_way(net: S3Network, _moto_backend_se
     t0 = time.perf_counter()
     c.put_object(Bucket=bucket, Key="big2", Body=body)
     assert time.perf_counter() - t0 >= floor
+
+
+def test_caps_the_client_hosts_link_across_connections(net: S3Network, _moto_backend_session: Backend) -> None:
+    """Two connections at once share the host's cap: 2 x 2 MiB at 10 MB/s for the host take twice what one takes."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    bucket = _bucket(_moto_backend_session)
+    body = bytes(range(256)) * (8 * KiB)  # 2 MiB
+    clients = [raw_s3_client(net.endpoint_url) for _ in range(2)]
+    rate = 10e6
+    net.set_profile(NetworkProfile("host", host_bandwidth=rate))
+    floor = (2 * len(body) - 4 * 256 * KiB) / rate  # both directions' pacers lend two chunks each at most
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(lambda ic: ic[1].put_object(Bucket=bucket, Key=f"h{ic[0]}", Body=body), enumerate(clients)))
+    assert time.perf_counter() - t0 >= floor
+    assert "10 MB/s" not in NetworkProfile("host", host_bandwidth=rate).describe()  # said in Gb/s
+    assert "0.08 Gb/s for the client host" in NetworkProfile("host", host_bandwidth=rate).describe()
 
 
 def test_streams_chunked_uploads_and_answers_expect_continue(net: S3Network, _moto_backend_session: Backend) -> None:

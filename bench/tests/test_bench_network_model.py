@@ -8,6 +8,7 @@ from tests.support.s3_network import (
     PROFILES,
     S3_COLD,
     S3_LIKE,
+    S3_TAIL,
     SOURCES,
     NetworkProfile,
     ThrottleRule,
@@ -51,6 +52,22 @@ def test_the_other_latencies_are_unchanged_and_every_profile_survives_json():
     assert "503 SlowDown beyond 3,500 writes/s" in S3_LIKE.describe() and "1 ms per key" in S3_LIKE.describe()
 
 
+def test_a_tail_draws_latencies_from_a_lognormal_through_the_median_and_p99():
+    assert S3_TAIL.latency_for("HeadObject", draw=0.5) == pytest.approx(0.030)
+    assert S3_TAIL.latency_for("HeadObject", draw=0.99) == pytest.approx(0.300)
+    assert S3_TAIL.latency_for("CompleteMultipartUpload", draw=0.5) == pytest.approx(0.080)
+    assert S3_TAIL.latency_for("CompleteMultipartUpload", draw=0.99) == pytest.approx(0.800)
+    # without a draw, or without a tail, the median every time (the floor the other profiles keep)
+    assert S3_TAIL.latency_for("HeadObject") == S3_LIKE.latency_for("HeadObject", draw=0.99) == 0.030
+    # the copy's and the keys' terms are not drawn
+    assert S3_TAIL.latency_for("CopyObject", 8_000_000, draw=0.99) == pytest.approx(0.500 + 1.0)
+    assert S3_TAIL.latency_for("DeleteObjects", keys=100, draw=0.5) == pytest.approx(0.040 + 0.100)
+    # the mean is above the median by exp(sigma^2 / 2): what a run's time per complete is judged against
+    assert 1.5 < S3_TAIL.mean_latency("CompleteMultipartUpload") / 0.080 < 1.8
+    assert S3_LIKE.mean_latency("CompleteMultipartUpload") == 0.080
+    assert "p99 CompleteMultipartUpload 800 ms" in S3_TAIL.describe()
+
+
 def test_every_parameter_names_its_source_and_assumptions_say_so():
     names = [name for name, _value, _source in SOURCES]
     for needed in ("DeleteObjects", "write rate per partitioned prefix", "read rate per partitioned prefix", "burst"):
@@ -59,6 +76,7 @@ def test_every_parameter_names_its_source_and_assumptions_say_so():
         assert value and len(source) > 40
     assumptions = {n for n, _v, src in SOURCES if "**Assumption**" in src or "**assumption**" in src}
     assert "DeleteObjects" in assumptions and "burst" in assumptions
+    assert any(n.startswith("latency tail") for n in assumptions), "the tail's p99s are an assumption, said so"
 
 
 def test_partitions_are_directories_or_the_whole_bucket_when_cold():

@@ -12,8 +12,10 @@ from bench.report_tables import (
     Summary,
     bootstrap_median_ci,
     fmt_ratio,
+    interval_kind,
     pair_up,
     paired_ratio,
+    range_coverage,
     regenerate,
     render_commit_rate,
     render_commit_scale,
@@ -91,10 +93,16 @@ def test_runs_pair_only_within_a_session_and_round():
     assert [(a["pair"], b["seconds"]) for a, b in pairs] == [(0, 100), (1, 80)]
     r = paired_ratio(runs, "mpcommit", "magic-tuned", lambda x: x["seconds"])
     assert r.n == 2 and r.median == pytest.approx((0.5 + 0.75) / 2)
-    assert fmt_ratio(r) == "0.62x (range 0.50-0.75, n=2)"
+    assert fmt_ratio(r) == "0.62x (min-max 0.50-0.75 of 2 pairs, covers the median 50%)"
     assert fmt_ratio(Summary.of([0.4])) == "0.40x (one pair)"
     assert fmt_ratio(Summary.of([])) == "–"
-    assert fmt_ratio(Summary.of([0.5, 0.6, 0.55, 0.58, 0.52])).startswith("**0.55x** (95% CI ")
+    # Five pairs: the bootstrap interval of the median is their range, and says so with its coverage (not "95%").
+    assert fmt_ratio(Summary.of([0.5, 0.6, 0.55, 0.58, 0.52])) == \
+        "**0.55x** (min-max 0.50-0.60 of 5 pairs, covers the median 94%)"
+    # Enough pairs for the bootstrap to be narrower than the range: a 95% bootstrap interval, named so.
+    many = Summary.of([0.5 + i / 100 for i in range(20)])
+    assert interval_kind(many) == "bootstrap" and fmt_ratio(many) == "**0.59x** (95% bootstrap CI 0.56-0.64 of 20 pairs)"
+    assert range_coverage(5) == 0.9375 and range_coverage(2) == 0.5
 
 
 def test_the_peers_table_from_raw_records(tmp_path):
@@ -108,7 +116,7 @@ def test_the_peers_table_from_raw_records(tmp_path):
     text = "\n".join(render_peers(sessions, runs))
     assert "**1,000 files, with the S3-like network (profile `s3`)**" in text
     row = next(line for line in text.splitlines() if line.startswith("| mpcommit.spark.write | 5 |"))
-    assert "**0.50x** (95% CI 0.50-0.60, n=5)" in row  # end to end: ratios 0.5, 0.6, 0.5, 0.55, 0.5
+    assert "**0.50x** (min-max 0.50-0.60 of 5 pairs, covers the median 94%)" in row  # end to end: ratios 0.5, 0.6, 0.5, 0.55, 0.5
     assert "**0.36x**" in row  # job commit 4 / 11
     magic = next(line for line in text.splitlines() if line.startswith("| S3A magic, Hadoop's defaults | 5 |"))
     assert "| 9.00 |" in magic  # requests per file
@@ -133,10 +141,10 @@ def test_the_commit_scale_tables_count_failures_and_judge_the_rate(tmp_path):
     sessions, runs = records.load([_write(tmp_path / "commit_scale.jsonl", lines)])
     text = "\n".join(render_commit_scale(sessions, runs))
     commit = next(line for line in text.splitlines() if line.startswith("| `Job.commit` (CRT completes, adaptive window) |"))
-    assert "| 3 (1 failed) |" in commit and "1.25x (range 1.25-1.25, n=2)" in commit  # CPU vs the floor, ok runs only
+    assert "| 3 (1 failed) |" in commit and "1.25x (min-max 1.25-1.25 of 2 pairs, covers the median 50%)" in commit  # CPU vs the floor, ok runs only
     assert "failed: CommitStateUnknownError" in text
     rate = "\n".join(render_commit_rate(sessions, runs))
-    assert "| s3 | 100,000 | 32 | 3 | 1 | 2,602 (range 2,601-2,602) |" in rate and "**missed**" in rate  # < 3,000/s, a failure
+    assert "| s3 | 100,000 | 32 | 3 | 1 | 2,602 (min-max 2,601-2,602 of 2, covers the median 50%) |" in rate and "**missed**" in rate  # < 3,000/s, a failure
 
 
 def test_the_commit_is_compared_with_the_code_before_it_pair_by_pair(tmp_path):
@@ -152,7 +160,7 @@ def test_the_commit_is_compared_with_the_code_before_it_pair_by_pair(tmp_path):
     text = "\n".join(render_commit_scale(sessions, runs))
     assert "against `commit@main`" in text
     row = next(line for line in text.splitlines() if line.startswith("| `Job.commit` (CRT completes"))
-    assert "**0.80x** (95% CI" in row  # wall 2.0 / 2.5 in every pair
+    assert "**0.80x** (min-max 0.80-0.80 of 3 pairs" in row  # wall 2.0 / 2.5 in every pair
     assert "| `Job.commit` at `main` (959fa8e123) | 3 |" in text
 
 
@@ -262,7 +270,7 @@ def test_the_task_scale_table_says_its_raw_runs_have_no_proxy():
     text = "\n".join(report_tables.render_task_scale({"s1": s}, runs))
     assert "**1,000 partitions in one task, raw (straight to the server, no proxy, no added latency)**" in text
     assert "counting proxy" not in text
-    assert "**0.59x** (95% CI 0.59-0.59, n=3)" in text
+    assert "**0.59x** (min-max 0.59-0.59 of 3 pairs, covers the median 75%)" in text
 
 
 def _git(root, *args):

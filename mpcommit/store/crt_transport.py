@@ -1,5 +1,6 @@
 """The CRT transport: CompleteMultipartUpload signed by the AWS Common Runtime's SigV4 signer and sent on its
-asynchronous HTTP/1.1 connections (:mod:`mpcommit.store.transport` says when it is used, and builds the request).
+asynchronous HTTP/1.1 connections (:mod:`mpcommit.store.transport` says when it is used, and builds the request);
+and, the same way, a task's per-file requests (CreateMultipartUpload, small parts, its manifest), waited for.
 
 ``awscrt.http`` does all its IO on an event-loop thread of its own, in C: writing the request, parsing the
 answer. So :meth:`CrtCompleter.start` only builds and signs a request on the caller's thread and hands it to a
@@ -30,7 +31,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 import urllib.request
 from urllib.parse import urlsplit
@@ -44,7 +45,18 @@ from botocore.exceptions import (
 )
 from botocore.httpsession import get_cert_path
 
-from .transport import Done, complete_body, etag_from_answer, key_and_query, key_base_url
+from .transport import (
+    Done,
+    complete_body,
+    etag_from_answer,
+    etag_from_headers,
+    key_and_query,
+    key_base_url,
+    key_path,
+    part_query,
+    upload_id_from_answer,
+    uploads_query,
+)
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +74,8 @@ else:
 
 
 _GONE = object()
+#: The signed payload of a request whose body carries its own checksum, over TLS (botocore's choice too).
+_UNSIGNED_PAYLOAD = "UNSIGNED-PAYLOAD"
 
 
 def crt_unusable(client: Any, credentials: Any) -> str | None:
@@ -97,12 +111,22 @@ def _connect_error(exc: BaseException, url: str) -> Exception:
     return EndpointConnectionError(endpoint_url=url, error=exc)
 
 
+#: Reads an answer: (status, headers by lower-case name, body) -> the result handed to ``done``, or raises the
+#: botocore exception botocore would raise for it.
+Parse = Callable[[int, dict[str, str], bytes], Any]
+
+
+def _complete_answer(status: int, _headers: dict[str, str], data: bytes) -> str:
+    return etag_from_answer(status, data)
+
+
 class _Exchange:
     """One request on its way: waiting for a connection, sent, or answered."""
 
-    __slots__ = ("request", "url", "done", "chunks", "deadline", "connection", "sent", "timed_out")
+    __slots__ = ("request", "url", "done", "chunks", "deadline", "connection", "sent", "timed_out", "parse",
+                 "headers")
 
-    def __init__(self, request: Any, url: str, done: Done, deadline: float):
+    def __init__(self, request: Any, url: str, done: Done, deadline: float, parse: Parse = _complete_answer):
         self.request = request
         self.url = url
         self.done = done
@@ -111,9 +135,45 @@ class _Exchange:
         self.connection: Any = None
         self.sent = False
         self.timed_out = False
+        self.parse = parse
+        self.headers: dict[str, str] = {}
+
+    def on_response(self, http_stream: Any, status_code: int, headers: Any, **_: Any) -> None:
+        self.headers = {name.lower(): value for name, value in headers}
 
     def on_body(self, http_stream: Any, chunk: bytes, **_: Any) -> None:
         self.chunks.append(bytes(chunk))
+
+
+class _Body(io.RawIOBase):
+    """A request body read straight from the caller's buffer (an 8 MiB part is not copied), pushing its exchange's
+    deadline on with every read: a body still being sent is progress, as botocore's read timeout counts it."""
+
+    def __init__(self, data: bytes | bytearray | memoryview, read_timeout: float):
+        super().__init__()
+        self._view = memoryview(data).cast("B")
+        self._at = 0
+        self._read_timeout = read_timeout
+        self.exchange: _Exchange | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._at, io.SEEK_END: len(self._view)}[whence]
+        self._at = max(0, min(len(self._view), base + offset))
+        return self._at
+
+    def readinto(self, buffer: Any) -> int:
+        n = min(len(buffer), len(self._view) - self._at)
+        buffer[:n] = self._view[self._at:self._at + n]
+        self._at += n
+        if self.exchange is not None and self.exchange.sent:
+            self.exchange.deadline = time.monotonic() + self._read_timeout
+        return n
 
 
 class _Host:
@@ -222,7 +282,7 @@ class _Host:
         exchange.sent = True
         exchange.deadline = time.monotonic() + self._completer.read_timeout
         try:
-            stream = connection.request(exchange.request, on_body=exchange.on_body)
+            stream = connection.request(exchange.request, on_response=exchange.on_response, on_body=exchange.on_body)
             stream.activate()
         except (AwsCrtError, RuntimeError, OSError) as exc:
             # How the binding refuses a stream on a connection that closed since it was taken: a dropped
@@ -243,11 +303,11 @@ class _Host:
             return
         self.release(connection, reusable=True)
         try:
-            etag = etag_from_answer(future.result(), b"".join(exchange.chunks))
+            result = exchange.parse(future.result(), exchange.headers, b"".join(exchange.chunks))
         except Exception as exc:  # noqa: BLE001 - the ClientError botocore would raise, handed to the caller
             self._completer.finish(exchange, None, exc)
             return
-        self._completer.finish(exchange, etag, None)
+        self._completer.finish(exchange, result, None)
 
     def close(self) -> None:
         with self._lock:
@@ -268,12 +328,16 @@ class CrtCompleter:
 
     def __init__(self, client: Any, credentials: Any, *, security: dict[str, str] | None = None,
                  headers: Sequence[tuple[str, str]] = (),
+                 operation_headers: dict[str, Sequence[tuple[str, str]]] | None = None,
                  max_connections: int, connect_timeout: float, read_timeout: float, ca_bundle: str | None = None):
         self._client = client
         self._credentials = credentials
         self._region = client.meta.region_name or "us-east-1"
         self._security = dict(security or {})
         self._headers = list(headers)
+        #: The security headers of each other request this transport sends for the store, by botocore's operation
+        #: name (:meth:`sends`); an operation left out stays on boto3.
+        self._operation_headers = {op: list(h) for op, h in (operation_headers or {}).items()}
         self.read_timeout = read_timeout
         self.max_connections = max_connections
         # The completer's own event loop (one thread does the IO of all its connections), never the CRT's
@@ -303,11 +367,59 @@ class CrtCompleter:
     def start(self, bucket: str, key: str, upload_id: str, parts: Sequence[Any], done: Done) -> None:
         """Send one CompleteMultipartUpload without waiting: ``done(etag, None)`` or ``done(None, error)`` is
         called once, on another thread (or on this one, when the request fails before it is sent)."""
+        self._start("POST", bucket, key_and_query(key, upload_id), complete_body(parts), done, _complete_answer)
+
+    def complete(self, bucket: str, key: str, upload_id: str, parts: Sequence[Any]) -> str:
+        """One CompleteMultipartUpload, waited for; returns the ETag. Raises the botocore exception botocore would
+        have raised."""
+        return str(self._wait(lambda done: self.start(bucket, key, upload_id, parts, done), f"s3://{bucket}/{key}"))
+
+    # ------------------------------------------------------------ a task's requests, one per file and part
+    def sends(self, operation: str) -> bool:
+        """Whether this transport sends ``operation`` (botocore's name) for the store, besides the completes."""
+        return operation in self._operation_headers
+
+    def create_multipart_upload(self, bucket: str, key: str, *, content_type: str | None = None) -> str:
+        """CreateMultipartUpload with a CRC32 checksum for its parts, as the store's boto3 request is; the upload id."""
+        headers = [("x-amz-checksum-algorithm", "CRC32")] + ([("Content-Type", content_type)] if content_type else [])
+        return str(self._wait(lambda done: self._start(
+            "POST", bucket, uploads_query(key), b"", done, lambda st, _h, data: upload_id_from_answer(st, data),
+            headers=headers + self._operation_headers["create_multipart_upload"]), f"s3://{bucket}/{key}"))
+
+    def upload_part(self, bucket: str, key: str, upload_id: str, number: int, body: bytes | bytearray | memoryview,
+                    crc32: str) -> tuple[str, str | None]:
+        """UploadPart with its CRC32, the body sent from the caller's buffer; (the ETag, the CRC32 S3 echoed)."""
+        headers = [("x-amz-sdk-checksum-algorithm", "CRC32"), ("x-amz-checksum-crc32", crc32)]
+
+        def parse(status: int, answer: dict[str, str], data: bytes) -> tuple[str, str | None]:
+            return etag_from_headers(status, answer, data, "UploadPart"), answer.get("x-amz-checksum-crc32")
+
+        return self._wait(lambda done: self._start(
+            "PUT", bucket, part_query(key, upload_id, number), body, done, parse,
+            headers=headers + self._operation_headers["upload_part"], checksummed=True), f"s3://{bucket}/{key}")
+
+    def put_object(self, bucket: str, key: str, body: bytes | bytearray | memoryview, *, content_type: str) -> str:
+        """PutObject of a body held in memory (no condition); the ETag."""
+        return str(self._wait(lambda done: self._start(
+            "PUT", bucket, key_path(key), body, done, lambda st, h, data: etag_from_headers(st, h, data, "PutObject"),
+            headers=[("Content-Type", content_type)] + self._operation_headers["put_object"]), f"s3://{bucket}/{key}"))
+
+    # ------------------------------------------------------------ sending
+    def _start(self, method: str, bucket: str, tail: str, body: bytes | bytearray | memoryview, done: Done,
+               parse: Parse, *, headers: Sequence[tuple[str, str]] | None = None, checksummed: bool = False) -> None:
+        """Sign and send one request for ``bucket``'s ``tail`` (the key and query, encoded); ``parse`` reads its
+        answer. ``checksummed``: the body carries its own checksum header, so over TLS its payload is not hashed
+        for the signature (botocore's rule for a streamed body with a checksum)."""
         base, base_path, host = self._base(bucket)
-        tail = key_and_query(key, upload_id)
-        body = complete_body(parts)
-        exchange = _Exchange(self.signed_request(base_path + tail, host.host_header, body), base + tail, done,
-                             time.monotonic() + self._connect_wait)
+        stream = _Body(body, self.read_timeout)
+        if checksummed and base.startswith("https"):
+            payload = _UNSIGNED_PAYLOAD
+        else:
+            payload = hashlib.sha256(body).hexdigest()
+        request = self.signed_request(base_path + tail, host.host_header, body, method=method, payload=payload,
+                                      headers=self._headers if headers is None else headers, stream=stream)
+        exchange = _Exchange(request, base + tail, done, time.monotonic() + self._connect_wait, parse)
+        stream.exchange = exchange
         if self._closed.is_set():
             done(None, ConnectionClosedError(endpoint_url=exchange.url, error=RuntimeError("the completer is closed")))
             return
@@ -318,23 +430,25 @@ class CrtCompleter:
                 self._watchdog.start()
         host.submit(exchange)
 
-    def complete(self, bucket: str, key: str, upload_id: str, parts: Sequence[Any]) -> str:
-        """One CompleteMultipartUpload, waited for; returns the ETag. Raises the botocore exception botocore would
-        have raised."""
+    def _wait(self, start: Callable[[Done], None], where: str) -> Any:
+        """Start a request and wait for its end (the watchdog ends every request in its time)."""
         ended = threading.Event()
         outcome: list[Any] = []
 
-        def done(etag: str | None, error: BaseException | None) -> None:
-            outcome.extend((etag, error))
+        def done(result: Any, error: BaseException | None) -> None:
+            outcome.extend((result, error))
             ended.set()
 
-        self.start(bucket, key, upload_id, parts, done)
-        if not ended.wait(self._connect_wait + self.read_timeout + 10 * self._tick):  # the watchdog's, and more
-            raise ReadTimeoutError(endpoint_url=f"s3://{bucket}/{key}", error="no answer in time")
-        etag, error = outcome
+        start(done)
+        # The watchdog bounds a request from its send, and a body being sent pushes that on: wait as long, and a
+        # little more -- but a request whose exchange is no longer live and never reported has failed.
+        while not ended.wait(self._connect_wait + self.read_timeout + 10 * self._tick):
+            if self._watchdog is None and not self._live:
+                raise ReadTimeoutError(endpoint_url=where, error="no answer in time")
+        result, error = outcome
         if error is not None:
             raise error
-        return str(etag)
+        return result
 
     def finished(self, exchange: _Exchange) -> bool:
         return exchange not in self._live
@@ -351,17 +465,23 @@ class CrtCompleter:
         return True
 
     # ------------------------------------------------------------ the request
-    def signed_request(self, path: str, host_header: str, body: bytes, *, date: datetime.datetime | None = None) -> Any:
+    def signed_request(self, path: str, host_header: str, body: bytes | bytearray | memoryview, *,
+                       date: datetime.datetime | None = None, method: str = "POST", payload: str | None = None,
+                       headers: Sequence[tuple[str, str]] | None = None, stream: Any = None) -> Any:
         """The request for ``path`` (key and query, encoded) with ``body``, signed as botocore's S3 signer signs
         it: the same headers signed (Host, X-Amz-Content-SHA256, X-Amz-Date, the security headers and the session
-        token when there are any; not User-Agent), so the same signature for the same instant."""
-        headers = [("Host", host_header), ("User-Agent", self.user_agent), *self._headers]
-        request = crt_http.HttpRequest("POST", path, crt_http.HttpHeaders(headers), io.BytesIO(body))
+        token when there are any; not User-Agent), so the same signature for the same instant. ``payload``: the
+        signed payload value (the body's SHA-256 unless given); ``headers``: the request's own (a complete's
+        security headers unless given); ``stream``: the body as the CRT reads it (a copy of ``body`` unless given)."""
+        headers = [("Host", host_header), ("User-Agent", self.user_agent),
+                   *(self._headers if headers is None else headers)]
+        request = crt_http.HttpRequest(method, path, crt_http.HttpHeaders(headers),
+                                       stream if stream is not None else io.BytesIO(bytes(body)))
         config = crt_auth.AwsSigningConfig(
             credentials_provider=self._credentials_provider(), region=self._region, service="s3", date=date,
             # S3's rules, as botocore's S3 signer applies them: the path is encoded once and not normalised.
             use_double_uri_encode=False, should_normalize_uri_path=False,
-            signed_body_value=hashlib.sha256(body).hexdigest(),
+            signed_body_value=payload if payload is not None else hashlib.sha256(body).hexdigest(),
             signed_body_header_type=crt_auth.AwsSignedBodyHeaderType.X_AMZ_CONTENT_SHA_256)
         signed = crt_auth.aws_sign_request(request, config).result()
         # Added after signing: botocore does not sign it either (it sets it when the request is prepared).

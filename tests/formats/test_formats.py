@@ -223,6 +223,58 @@ def test_parquet_distinct_estimate_is_within_three_percent(distinct: int, dtype:
     assert abs(_distinct_estimate(column, np.dtype(dtype).itemsize) - exact) <= max(1, 0.03 * exact)
 
 
+def test_parquet_row_groups_of_slices_are_cut_by_their_own_bytes() -> None:
+    """Slices of one large batch carry its whole buffers: the row groups are still cut by the slices' own data."""
+    big = pa.record_batch({"v": pa.array(range(100_000), pa.int64())})
+    slices = [big.slice(i * 10_000, 10_000) for i in range(10)]
+    fmt = make_format("parquet", {"parquet.block.size": str(3 * slices[0].nbytes)})
+    sink = Sink()
+    writer = fmt.open(sink, big.schema)
+    for piece in slices:
+        writer.write(piece)
+    writer.close()
+    meta = pq.ParquetFile(pa.BufferReader(bytes(sink.data))).metadata
+    assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [30_000, 30_000, 30_000, 10_000]
+
+
+@pytest.mark.parametrize("rows", [1, 300, 2_700, 4_096])
+def test_parquet_small_files_judge_dictionaries_as_an_exact_count_per_column_would(rows: int) -> None:
+    """A small file's fixed-width columns are counted together, by their bits; the decisions are the ones an exact
+    count of each column (Arrow's count_distinct: bitwise, 0.0 and -0.0 apart) gives."""
+    import math
+
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from mpcommit.formats.parquet import dictionary_columns
+
+    rng = np.random.default_rng(rows)
+    zeros = np.where(rng.random(rows) < 0.5, 0.0, -0.0)
+    table = pa.table({
+        "id": np.arange(rows, dtype=np.int64), "x": rng.random(rows), "few": rng.integers(0, 7, rows).astype(np.int8),
+        "half": (np.arange(rows) // 2).astype(np.int32), "signed_zeros": zeros,
+        "nan": np.where(rng.random(rows) < 0.5, np.nan, 1.0), "ts": pa.array(np.arange(rows) % 5, pa.timestamp("ms")),
+        "with_nulls": pa.array([None if i % 3 else i % 4 for i in range(rows)], pa.int64()),
+        "s": pa.array([str(i % 3) for i in range(rows)]),
+    })
+
+    def pays(name: str) -> bool:
+        column = table.column(name)
+        values = len(column) - column.null_count
+        if values == 0:
+            return True
+        if pa.types.is_string(column.type):
+            return True  # decided by the variable-width path, not under test here
+        distinct = pc.count_distinct(column, mode="only_valid").as_py()
+        width = column.type.bit_width // 8
+        return distinct * width + values * max(1, math.ceil(math.log2(max(distinct, 2)))) / 8 < values * width
+
+    chosen = dictionary_columns(table)
+    kept = set(table.schema.names) if chosen is True else set(chosen)
+    assert {n for n in table.schema.names if n != "s" and pays(n)} == kept - {"s"}
+    assert ("few" in kept) == (rows >= 300) and "id" not in kept
+
+
 def test_parquet_refuses_types_without_a_parquet_form() -> None:
     schema = pa.schema([("ok", pa.int64()), ("iv", pa.month_day_nano_interval())])
     with pytest.raises(UsageError, match="parquet cannot hold column 'iv'"):

@@ -144,13 +144,46 @@ class _Answers(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+    def _failed(self, key: str, error: bytes) -> bool:
+        """The answers every request of a task may get (a complete's own are below)."""
+        if key == "slow-down-all":
+            self._send(503, error % (b"SlowDown", b"Please reduce your request rate."))
+        elif key == "gone-upload":
+            self._send(404, error % (b"NoSuchUpload", b"The specified upload does not exist."))
+        elif key == "denied":
+            self._send(403, error % (b"AccessDenied", b"Access Denied"))
+        else:
+            return False
+        return True
+
+    def _received(self) -> tuple[str, bytes, bytes]:
+        """The request's key (its last path segment) and body, recorded; and the error document's template."""
         body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
         with self.lock:
             self.seen.append((self.path, dict(self.headers.items()), body))
         key = self.path.split("?")[0].rsplit("/", 1)[-1]
-        error = b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>%s</Code><Message>%s</Message></Error>'
-        if key == "error-in-200":
+        return key, body, b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>%s</Code><Message>%s</Message></Error>'
+
+    def do_PUT(self) -> None:  # noqa: N802 - http.server's name
+        key, body, error = self._received()
+        if self._failed(key, error):
+            return
+        self.send_response(200)
+        self.send_header("ETag", '"%s"' % hashlib.md5(body).hexdigest())
+        crc = self.headers.get("x-amz-checksum-crc32")
+        if crc:
+            self.send_header("x-amz-checksum-crc32", "AAAAAA==" if key == "bad-checksum" else crc)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        key, body, error = self._received()
+        if self._failed(key, error):
+            return
+        if self.path.endswith("?uploads"):
+            self._send(200, b"<InitiateMultipartUploadResult><UploadId>up/1=&amp;x</UploadId>"
+                            b"</InitiateMultipartUploadResult>")
+        elif key == "error-in-200":
             self._send(200, error % (b"InternalError", b"We encountered an internal error. Please try again."))
         elif key == "slow-down":
             self._send(503, error % (b"SlowDown", b"Please reduce your request rate."))
@@ -258,6 +291,77 @@ def test_a_funnel_parameter_that_is_no_header_keeps_completes_on_boto3(monkeypat
     assert isinstance(S3Store(_options("auto", endpoint_url="http://127.0.0.1:9")).completer(), Boto3Completer)
     with pytest.raises(e.UsageError, match="does not travel as a header"):
         S3Store(_options("crt", endpoint_url="http://127.0.0.1:9")).completer()
+
+
+def _task_requests(transport: str, endpoint: str, key: str, *, part: bytes = b"part data",
+                   **options: Any) -> tuple[S3Store, list[tuple[str, dict[str, str], bytes]]]:
+    """A task's three kinds of request -- create an upload, send a part, put its manifest -- as ``transport``
+    sends them: (the store, [(resource, headers by lower-case name, body)])."""
+    import base64
+    import zlib
+
+    _Answers.seen.clear()
+    store = _answers_store(transport, endpoint, **options)
+    upload_id = store.create_multipart_upload("b", key, content_type="application/vnd.apache.parquet")
+    crc = base64.b64encode(zlib.crc32(part).to_bytes(4, "big")).decode()
+    etag = store.upload_part("b", key, upload_id, 3, bytearray(part), crc)
+    assert upload_id == "up/1=&x" and etag == '"%s"' % hashlib.md5(part).hexdigest()
+    store.put_object("b", key + ".json", b'{"m": 1}')
+    return store, [(target.split(endpoint, 1)[-1], {k.lower(): v for k, v in headers.items()}, body)
+                   for target, headers, body in _Answers.seen]
+
+
+def test_the_crt_sends_a_tasks_requests_as_boto3_sends_them(answers):
+    """CreateMultipartUpload, UploadPart and the manifest's PutObject: the same resources, headers of meaning
+    (security headers included) and bodies as boto3's, built without botocore; the payload signed as botocore
+    signs it over HTTP (its SHA-256)."""
+    store, crt = _task_requests("crt", answers, "t/a b+c.bin", **SECURE)
+    _, boto3 = _task_requests("boto3", answers, "t/a b+c.bin", **SECURE)
+    assert [t for t, _, _ in crt] == [t for t, _, _ in boto3] == [
+        "/b/t/a%20b%2Bc.bin?uploads", "/b/t/a%20b%2Bc.bin?uploadId=up%2F1%3D%26x&partNumber=3", "/b/t/a%20b%2Bc.bin.json"]
+    for (_, ours, body), (_, theirs, their_body) in zip(crt, boto3):
+        assert ours["user-agent"].startswith("mpcommit crt") and not theirs["user-agent"].startswith("mpcommit crt")
+        assert {k: v for k, v in ours.items() if k not in OWN_HEADERS} == \
+            {k: v for k, v in theirs.items() if k not in OWN_HEADERS | {"expect"}}
+        assert body == their_body and ours["x-amz-content-sha256"] == hashlib.sha256(body).hexdigest()
+        assert ours.get("content-type") == theirs.get("content-type")
+    assert crt[0][1]["x-amz-checksum-algorithm"] == "CRC32"
+    assert crt[1][1]["x-amz-server-side-encryption-customer-algorithm"] == "AES256", "SSE-C on every part"
+    assert store.request_counts() == {"create_multipart_upload": 1, "upload_part": 1, "put_object": 1}
+
+
+def test_parts_above_a_mebibyte_and_conditional_puts_stay_on_boto3(answers):
+    """Per byte boto3 costs less CPU than the CRT: a large part goes through boto3; so does any put with a
+    condition, and a body that is a file."""
+    import io
+
+    from mpcommit.store.s3 import CRT_PART_MAX_BYTES
+
+    _, sent = _task_requests("crt", answers, "t/large", part=b"x" * (CRT_PART_MAX_BYTES + 1))
+    assert [h["user-agent"].startswith("mpcommit crt") for _, h, _ in sent] == [True, False, True]
+    _Answers.seen.clear()
+    store = _answers_store("crt", answers)
+    store.put_object("b", "t/record", b"{}", if_none_match=True)
+    store.put_object("b", "t/record", io.BytesIO(b"{}"))
+    agents = [{k.lower(): v for k, v in h.items()}["user-agent"] for _, h, _ in _Answers.seen]
+    assert len(agents) == 2 and not any(a.startswith("mpcommit crt") for a in agents)
+
+
+@pytest.mark.parametrize("key, raised, attempts", [
+    ("gone-upload", e.NoSuchUploadError, 1), ("denied", e.AccessDeniedError, 1),
+    ("slow-down-all", e.RetriesExhaustedError, 3), ("bad-checksum", e.ChecksumMismatchError, 1),
+])
+def test_a_tasks_requests_fail_on_the_crt_as_on_boto3(answers, key, raised, attempts):
+    found = {}
+    for transport in ("crt", "boto3"):
+        store = _answers_store(transport, answers)
+        with pytest.raises(e.StoreError) as info:
+            if key == "bad-checksum":
+                store.upload_part("b", f"t/{key}", "u", 1, b"data", "mTEeQw==")
+            else:
+                store.create_multipart_upload("b", f"t/{key}")
+        found[transport] = (type(info.value), getattr(info.value, "code", None), sum(store.request_counts().values()))
+    assert found["crt"] == found["boto3"] and found["crt"][0] is raised and found["crt"][2] == attempts
 
 
 # key -> (the exception, its code, attempts made)
@@ -451,7 +555,7 @@ def test_real_servers_accept_the_crt_request_and_answer_through_it(backend):
     import base64
     import zlib
 
-    chunks = [b"a" * (5 * 1024 * 1024), b"tail"]
+    chunks = [b"a" * (5 * 1024 * 1024), b"tail"]  # the first part through boto3 (above 1 MiB), the last the CRT's
     parts = []
     for n, chunk in enumerate(chunks, 1):
         crc = base64.b64encode(zlib.crc32(chunk).to_bytes(4, "big")).decode()
@@ -460,6 +564,16 @@ def test_real_servers_accept_the_crt_request_and_answer_through_it(backend):
     head = backend.client.head_object(Bucket=bucket, Key=key)
     assert etag == head["ETag"] and etag.endswith('-2"')
     assert backend.client.get_object(Bucket=bucket, Key=key)["Body"].read() == b"".join(chunks)
+    # A task's manifest, through the CRT: read back as written.
+    put = store.put_object(bucket, "t/_manifest é.json", b'{"n": 1}')
+    got = backend.client.get_object(Bucket=bucket, Key="t/_manifest é.json")
+    assert got["Body"].read() == b'{"n": 1}' and got["ETag"] == put and got["ContentType"] == "application/json"
+    # A part whose checksum does not match its bytes is refused by the server (moto does not check).
+    refused = store.create_multipart_upload(bucket, "t/refused")
+    if backend.name != "moto":
+        with pytest.raises(e.StoreError):
+            store.upload_part(bucket, "t/refused", refused, 1, b"data", "AAAAAA==")
+    store.abort_multipart_upload(bucket, "t/refused", refused)
     # An upload that is gone: S3 and LocalStack answer NoSuchUpload (which the commit resolves by the object's
     # ETag); moto 5 answers 500. Either way the CRT path raises what boto3's raises for the same answer.
     aborted = store.create_multipart_upload(bucket, "t/aborted")

@@ -19,7 +19,8 @@ operations: it cannot give CompleteMultipartUpload 80 ms and a HEAD 30 ms. Shapi
 
 - the answer's first byte leaves no earlier than ``latency(operation)`` after the request's last byte arrived
   (a floor, not an addition: the local server's own time counts only where it is longer; such answers are
-  counted as ``late``). Server-side copies take ``latency + bytes copied / copy_rate``; a multi-key request
+  counted as ``late``). With a tail (profile ``s3-tail``) that latency is drawn per request from a lognormal
+  through the operation's median and p99, instead of being the median every time. Server-side copies take ``latency + bytes copied / copy_rate``; a multi-key request
   (DeleteObjects) takes ``latency + keys x per_key``;
 - request and response bodies move at most at ``bandwidth`` bytes/s per connection, each way;
 - with a :class:`ThrottleRule`, requests beyond a partition's rate are answered ``503 SlowDown`` by the proxy,
@@ -68,7 +69,9 @@ import enum
 import hashlib
 import html
 import json
+import math
 import os
+import random
 import re
 import signal
 import subprocess
@@ -80,6 +83,7 @@ from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
@@ -87,7 +91,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:  # run as a script or as a subprocess from elsewhere
     sys.path.insert(0, str(REPO_ROOT))
 
-__all__ = ["LEGACY_2026_11", "NONE", "REQUEST_CLASSES", "S3_COLD", "S3_LIKE", "SOURCES", "TRANSIENT", "Fault",
+__all__ = ["LEGACY_2026_11", "NONE", "REQUEST_CLASSES", "S3_COLD", "S3_LIKE", "S3_TAIL", "SOURCES", "TRANSIENT", "Fault",
            "FaultDecider", "FaultPlan", "FaultRule", "NetworkProfile", "S3Network", "ThrottleRule", "TokenBuckets",
            "classify", "delete_keys", "parse_rate", "parse_seconds", "partition_of", "per_file", "request_signature",
            "request_tokens"]
@@ -196,11 +200,35 @@ class NetworkProfile:
     copy_rate: float | None = None
     per_key: Mapping[str, float] = field(default_factory=dict)
     throttle: ThrottleRule | None = None
+    #: A heavy tail (empty: none, every answer waits exactly its latency, a floor). The p99 of each operation's
+    #: latency (``"default"`` for the others): the latencies above are then the medians of lognormal distributions
+    #: through these p99s, and each answer waits a latency drawn from its operation's (:meth:`latency_for`).
+    tail: Mapping[str, float] = field(default_factory=dict)
+    #: The client host's own link (bytes/s, each way, all connections together; ``None``: none). Server-side copies
+    #: move no bytes over it; a rewrite that downloads and uploads moves everything twice.
+    host_bandwidth: float | None = None
 
-    def latency_for(self, op: str, copied: int = 0, keys: int = 0) -> float:
+    def spread(self, op: str) -> float:
+        """The lognormal's sigma for ``op``: ln(p99 / p50) / z(0.99); 0 without a tail."""
+        p99 = self.tail.get(op, self.tail.get("default"))
+        median = self.latency.get(op, self.default)
+        if not p99 or median <= 0 or p99 <= median:
+            return 0.0
+        return math.log(p99 / median) / Z99
+
+    def mean_latency(self, op: str) -> float:
+        """The expected latency of ``op`` (before copy and per-key terms): its median x exp(sigma^2 / 2) with a tail."""
+        return self.latency.get(op, self.default) * math.exp(self.spread(op) ** 2 / 2)
+
+    def latency_for(self, op: str, copied: int = 0, keys: int = 0, *, draw: float | None = None) -> float:
         """How long S3 takes to answer ``op``: its latency, plus ``copied / copy_rate`` for a server-side copy,
-        plus ``keys x per_key`` for a multi-key request."""
+        plus ``keys x per_key`` for a multi-key request. With a tail, ``draw`` (uniform in (0, 1)) picks the latency
+        from the operation's lognormal by its quantile (0.5: the median, 0.99: the p99); the copy and per-key terms
+        stay as they are (a copy's time is its bytes')."""
         base = self.latency.get(op, self.default)
+        sigma = self.spread(op) if draw is not None else 0.0
+        if sigma:
+            base *= math.exp(sigma * NormalDist().inv_cdf(min(max(draw, 1e-9), 1 - 1e-9)))  # type: ignore[arg-type]
         if op in COPY_OPERATIONS and self.copy_rate and copied:
             base += copied / self.copy_rate
         if keys and op in self.per_key:
@@ -209,12 +237,14 @@ class NetworkProfile:
 
     @property
     def shaped(self) -> bool:
-        return bool(self.default or any(self.latency.values()) or self.bandwidth or self.throttle)
+        return bool(self.default or any(self.latency.values()) or self.bandwidth or self.throttle
+                    or self.host_bandwidth)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "default": self.default, "latency": dict(self.latency),
                 "bandwidth": self.bandwidth, "copy_rate": self.copy_rate, "per_key": dict(self.per_key),
-                "throttle": self.throttle.to_json() if self.throttle else None}
+                "throttle": self.throttle.to_json() if self.throttle else None, "tail": dict(self.tail),
+                "host_bandwidth": self.host_bandwidth}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "NetworkProfile":
@@ -223,7 +253,9 @@ class NetworkProfile:
                    bandwidth=float(data["bandwidth"]) if data.get("bandwidth") else None,
                    copy_rate=float(data["copy_rate"]) if data.get("copy_rate") else None,
                    per_key={str(k): float(v) for k, v in (data.get("per_key") or {}).items()},
-                   throttle=ThrottleRule.from_json(data["throttle"]) if data.get("throttle") else None)
+                   throttle=ThrottleRule.from_json(data["throttle"]) if data.get("throttle") else None,
+                   tail={str(k): float(v) for k, v in (data.get("tail") or {}).items()},
+                   host_bandwidth=float(data["host_bandwidth"]) if data.get("host_bandwidth") else None)
 
     def describe(self) -> str:
         if not self.shaped:
@@ -235,10 +267,17 @@ class NetworkProfile:
             special.append(f"{op} {s * 1000:.0f} ms{extra}")
         if special:
             parts[0] += " except " + ", ".join(special)
+        if self.tail:
+            parts[0] = parts[0].replace(" to first byte", " median to first byte")
+            tails = [f"{op if op != 'default' else 'the others'} {p99 * 1000:.0f} ms"
+                     for op, p99 in sorted(self.tail.items(), key=lambda kv: -kv[1])]
+            parts.append("lognormal tails, p99 " + ", ".join(tails))
         if self.copy_rate:
             parts.append(f"server-side copies also take size / {self.copy_rate / 1e6:.0f} MB/s")
         if self.bandwidth:
             parts.append(f"bodies at most {self.bandwidth / 1e6:.0f} MB/s per connection each way")
+        if self.host_bandwidth:
+            parts.append(f"at most {self.host_bandwidth * 8 / 1e9:g} Gb/s for the client host, each way")
         if self.throttle:
             parts.append(self.throttle.describe())
         return "; ".join(parts)
@@ -272,7 +311,15 @@ LEGACY_2026_11 = NetworkProfile(
     bandwidth=85e6,
     copy_rate=8e6,
 )
-PROFILES = {"none": NONE, "s3": S3_LIKE, "s3-cold": S3_COLD, "s3-2026-11": LEGACY_2026_11}
+#: The ``s3`` network with a heavy tail (issue 39): the same medians, each request's latency drawn from a lognormal
+#: through a p99 of 10x its median. A fixed floor flatters a chain of requests made one after another (S3A's task
+#: commit, a serial writer): every link waits exactly the median; here some links wait ten times as long.
+S3_TAIL = dataclasses.replace(S3_LIKE, name="s3-tail", tail={"default": 0.300, "CompleteMultipartUpload": 0.800,
+                                                             "DeleteObjects": 0.400, "CopyObject": 0.500,
+                                                             "UploadPartCopy": 0.500})
+PROFILES = {"none": NONE, "s3": S3_LIKE, "s3-cold": S3_COLD, "s3-tail": S3_TAIL, "s3-2026-11": LEGACY_2026_11}
+#: The standard normal's 0.99 quantile: a lognormal's p99 is its median x exp(Z99 x sigma).
+Z99 = NormalDist().inv_cdf(0.99)
 
 _AWS_PERF = ("AWS, *Best practices design patterns: optimizing Amazon S3 performance* "
              "(docs.aws.amazon.com/AmazonS3/latest/userguide/optimizing-performance.html)")
@@ -314,6 +361,24 @@ SOURCES: tuple[tuple[str, str, str], ...] = (
     ("partition (profile `s3`)", "each directory prefix (the key up to its last `/`)",
      f"{_AWS_PERF}: \"There are no limits to the number of prefixes in a bucket\"; the rate is per "
      "*partitioned* prefix, which a busy, long-lived table has."),
+    ("copy rate, sensitivity (compaction)", "8, 25 and 50 MB/s per server-side copy request",
+     "8 MB/s is the one published figure (Hadoop's, above: 6-10 MB/s measured in 2017); 25 and 50 MB/s are "
+     "**assumptions** bracketing a faster S3 of today, which no public source measures. A compaction's verdict is "
+     "read at each rate and judged at 8 MB/s, the rate a source supports."),
+    ("client host's link (compaction sensitivity)", "10 Gb/s each way, all connections together",
+     "AWS, *Amazon EC2 instance network bandwidth* (docs.aws.amazon.com/AWSEC2/latest/UserGuide/"
+     "ec2-instance-network-bandwidth.html): \"an m5.8xlarge instance has 32 vCPUs and 10 Gbps network bandwidth\", "
+     "for inbound and, simultaneously, outbound traffic; instances of 16 vCPUs or fewer have a lower baseline and "
+     "burst \"up to\" theirs. Off by default (`host_bandwidth`): the benchmarks' other figures are per connection."),
+    ("latency tail (profile `s3-tail`)",
+     "lognormal per request class through the median above and a p99 of 10x it: 300 ms for the requests of 30 ms, "
+     "800 ms for CompleteMultipartUpload, 400 ms for a DeleteObjects' base, 500 ms for a copy's base",
+     "The shape: a measurement outside AWS (cloudsqale.com, *S3 Low Latency Writes - Using Aggressive Retries to "
+     "Get Consistent Latency*, 2020: 10.2 million REST.PUT.PART requests, p25 48 ms, p50 80 ms, p95 880 ms, 0.26% "
+     f"over 5 s) puts the p95 at 11x the median, a lognormal's shape (its p99 would be ~30x); {_AWS_WHITEPAPER}, "
+     "'Timeouts and Retries for Latency-Sensitive Applications', advises retrying a small (< 512 KB) GET or PUT after "
+     "2 s, which bounds the tail of small requests well below 2 s. A p99 of 10x the median, inside both, is an "
+     "**assumption**; no public source gives S3's p99 per request class."),
     ("partition (profile `s3-cold`)", "the whole bucket",
      "AWS Knowledge Center, *How do I troubleshoot HTTP 5xx errors from Amazon S3?* (repost.aws/knowledge-center/"
      "http-5xx-errors-s3): a new prefix gets no additional request-rate resources of its own; S3 scales by "
@@ -660,6 +725,11 @@ class Proxy:
         self.profile = profile
         self.counters = Counters()
         self.buckets = TokenBuckets(profile.throttle) if profile.throttle else None
+        #: The tail's draws: a seeded generator, so that a run's latencies are the same multiset whatever the
+        #: order the requests arrive in (which one gets which draw depends on that order).
+        self.draws = random.Random(39)
+        #: The client host's link, each way, shared by every connection (NetworkProfile.host_bandwidth).
+        self.host_up, self.host_down = _Pacer(), _Pacer()
         self.faults = FaultDecider(faults)
         self.record_headers = record_headers
         self.headers: list[tuple[str, dict[str, str]]] = []  # (request class, headers in lower case) when recorded
@@ -739,13 +809,15 @@ class Proxy:
         stats["requests"] += 1
         c.in_flight += 1
         c.max_in_flight = max(c.max_in_flight, c.in_flight)
-        rate = profile.bandwidth
+        rate, host = profile.bandwidth, profile.host_bandwidth
 
         async def up_pace(n: int) -> None:
             await pace_up.take(n, rate)
+            await self.host_up.take(n, host)
 
         async def down_pace(n: int) -> None:
             await pace_down.take(n, rate)
+            await self.host_down.take(n, host)
 
         try:
             chunked = "chunked" in lower.get("transfer-encoding", "").lower()
@@ -815,7 +887,7 @@ class Proxy:
                 copied = size or 0
             if status < 300:
                 stats["copied_bytes"] += copied
-            latency = profile.latency_for(op, copied, keys)
+            latency = profile.latency_for(op, copied, keys, draw=self.draws.random() if profile.tail else None)
             stats["latency_seconds"] += latency
             if latency:
                 wait = request_end + latency - time.monotonic()
@@ -1073,6 +1145,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--latency", default="", help="overrides, e.g. default=25ms,CompleteMultipartUpload=80ms")
     p.add_argument("--bandwidth", help="per-connection cap each way, e.g. 85MB/s, or none")
     p.add_argument("--copy-rate", help="server-side copy rate added to copies' latency, e.g. 8MB/s, or none")
+    p.add_argument("--host-bandwidth", help="the client host's link, all connections together, each way, e.g. 1250MB/s")
     p.add_argument("--faults-json", help="the faults to inject as JSON (FaultPlan.to_json); none by default")
     p.add_argument("--record-headers", action="store_true", help="keep every request's headers (GET /__proxy/headers)")
     p.add_argument("--stats-file", help="write the counters here (JSON) when the proxy stops")
@@ -1092,7 +1165,9 @@ def main(argv: list[str] | None = None) -> int:
         data["bandwidth"] = parse_rate(args.bandwidth)
     if args.copy_rate is not None:
         data["copy_rate"] = parse_rate(args.copy_rate)
-    if args.latency or args.bandwidth is not None or args.copy_rate is not None:
+    if args.host_bandwidth is not None:
+        data["host_bandwidth"] = parse_rate(args.host_bandwidth)
+    if args.latency or args.bandwidth is not None or args.copy_rate is not None or args.host_bandwidth is not None:
         data["name"] = f"{data['name']} (modified)"
     asyncio.run(_serve(args, NetworkProfile.from_json(data)))
     return 0

@@ -1,0 +1,102 @@
+"""Issue 39's harness pieces without Spark or a server: the executor benchmark's validity gate and plan, and the
+tables that read its records and the task side's (the executor-shaped peers, the task CPU before/after, the
+targets table)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench.bench_executor import gate, parse_plan, tuned
+from bench.report_tables import render_compaction_sensitivity, render_executor, render_targets, render_task_cpu
+from tests.support.s3_network import S3_LIKE
+
+
+def _stats(completes: int, upstream: float, held: float, drawn: float, late: int = 0, others: int = 0) -> dict:
+    return {"ops": {"CompleteMultipartUpload": {"requests": completes, "upstream_seconds": upstream,
+                                                "held_seconds": held, "latency_seconds": drawn, "late": late},
+                    "UploadPart": {"requests": others, "late": 0}}}
+
+
+def test_a_run_is_valid_when_the_server_kept_the_models_pace():
+    ok = gate(_stats(100, upstream=1.0, held=7.0, drawn=8.0, others=300), S3_LIKE.to_json())
+    assert ok["valid"] is True and round(ok["complete_ms"]) == 80 and ok["why"] == "ok"
+    slow = gate(_stats(100, upstream=12.0, held=0.5, drawn=8.0, late=60, others=300), S3_LIKE.to_json())
+    assert slow["valid"] is False
+    assert "the server set the pace" in slow["why"] and "60 of 400 answers late" in slow["why"]
+    assert gate(_stats(100, upstream=1.0, held=0.0, drawn=0.0), None)["valid"] is None  # raw: no floor
+    assert gate({"ops": {}}, S3_LIKE.to_json())["why"] == "no store"
+
+
+def test_the_plan_and_the_tuned_variants():
+    assert parse_plan("1000:raw,s3,s3-tail;10000:s3") == [(1000, "raw"), (1000, "s3"), (1000, "s3-tail"), (10000, "s3")]
+    assert tuned("magic-tuned-128")["fs.s3a.committer.threads"] == "128"
+    assert int(tuned("magic-tuned-128")["fs.s3a.connection.maximum"]) >= 96 + 2 * 128
+    assert tuned("magic") == {}
+
+
+def _executor_runs() -> list[dict]:
+    runs = []
+    cpu = {"mpcommit": (10.0, 40.0), "magic-tuned-32": (20.0, 110.0), "magic-tuned-128": (20.0, 100.0),
+           "magic": (25.0, 130.0), "local-disk": (12.0, 50.0)}
+    for pair in range(3):
+        for variant, (small, large) in cpu.items():
+            for files, c in ((1000, small), (10000, large)):
+                runs.append({"kind": "run", "session": "e1", "variant": variant, "files_target": files, "files": files,
+                             "network": "s3", "pair": pair, "seconds": c / 2, "job_commit_s": c / 20, "writer_s": c / 2 - c / 20,
+                             "cpu_s": c + pair, "requests_total": 3 * files, "gate": {"complete_ms": 80, "drawn_ms": 80},
+                             "valid": not (variant == "magic" and pair == 2)})
+    return runs
+
+
+def test_the_executor_table_pairs_valid_runs_and_names_the_invalid(tmp_path: Path):
+    runs = _executor_runs()
+    text = "\n".join(render_executor({"e1": {"started": "2026-11-28 00:00:00 UTC"}}, runs))
+    assert "**1,000 files" in text and "**10,000 files" in text
+    assert "| S3A magic, Hadoop's defaults | 3 (1 invalid) |" in text
+    assert "Runs the validity gate failed" in text and "magic round 2" in text
+    assert "Client CPU per extra file, 1,000 -> 10,000 files" in text
+    # mpcommit: (40 - 10) / 9000 s = 3.33 ms per extra file; tuned-32: 10 ms -> 0.33x
+    assert "3.33 ms" in text and "0.33x" in text
+
+
+def test_the_targets_table_is_computed_from_the_records(tmp_path: Path):
+    lines = [{"kind": "session", "session": "e1", "started": "2026-11-28 00:00:00 UTC", "git": {"code": "abc"}}]
+    (tmp_path / "executor.jsonl").write_text("\n".join(json.dumps(r) for r in lines + _executor_runs()) + "\n")
+    text = "\n".join(render_targets(tmp_path, head="abc"))
+    row = next(line for line in text.splitlines() if line.startswith("| client CPU per extra file"))
+    assert "0.33x" in row and "| met |" in row
+    row = next(line for line in text.splitlines() if line.startswith("| end to end <= 0.33x the tuned magic committer at 32"))
+    assert "0.36x" in row and "**missed**" in row  # 40 / 110 at 10,000 files
+    other = next(line for line in text.splitlines() if "issue 25: `local[8]`" in line)
+    assert "not measured" in other  # no peers records in this directory
+
+
+def test_the_task_cpu_table_shows_before_after_per_extra_file():
+    runs = []
+    for pair in range(3):
+        for variant, (small, large) in (("before", (5.0, 23.0)), ("after", (3.0, 8.0))):
+            for values, cpu in ((125, small), (1250, large)):
+                runs.append({"session": "t1", "pair": pair, "variant": variant, "values": values, "files": values,
+                             "cpu_s": cpu, "main_thread_cpu_s": cpu / 2, "wall_s": cpu * 2, "code_ran": variant,
+                             "requests": {"create_multipart_upload": values, "upload_part": values, "put_object": 1}})
+    text = "\n".join(render_task_cpu({"t1": {"started": "2026-11-28 00:00:00 UTC"}}, runs))
+    assert "16.00 ms" in text and "4.44 ms" in text  # (23 - 5) / 1125 and (8 - 3) / 1125
+    assert "after ÷ before, paired by round | **0.28x**" in text
+
+
+def test_the_compaction_sensitivity_is_judged_at_the_sourced_copy_rate():
+    sessions, runs = {}, []
+    for sid, rate in (("c8", 8e6), ("c50", 50e6)):
+        sessions[sid] = {"started": "2026-11-28 00:00:00 UTC", "profile": {"copy_rate": rate, "host_bandwidth": 1.25e9}}
+        for pair in range(3):
+            merge = 10.0 if rate == 8e6 else 4.0
+            runs += [{"session": sid, "pair": pair, "variant": "multipart", "dataset": "d", "seconds": merge,
+                      "data_bytes": 3 << 30},
+                     {"session": sid, "pair": pair, "variant": "rewrite-equal", "dataset": "d", "seconds": 20.0,
+                      "data_bytes": 3 << 30}]
+    text = "\n".join(render_compaction_sensitivity(sessions, runs))
+    eight = next(line for line in text.splitlines() if line.startswith("| 8 MB/s (sourced)"))
+    fifty = next(line for line in text.splitlines() if line.startswith("| 50 MB/s (assumed)"))
+    assert "10 Gb/s" in eight and "**2.00x**" in eight and eight.endswith("| **missed** |")
+    assert "**5.00x**" in fifty and fifty.endswith("| would be met |")
