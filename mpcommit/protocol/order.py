@@ -308,10 +308,14 @@ class TableOrder:
                 found.append(e)
         return found
 
-    def find(self, job_id: str, *, view: OrderView | None = None) -> OrderEntry | None:
-        """The place of ``job_id`` among the open ones (a job's place stays open until the job has ended)."""
+    def find(self, job_id: str, *, view: OrderView | None = None, ended_too: bool = False) -> OrderEntry | None:
+        """The place of ``job_id`` among the open ones (a job's place stays open until the job has ended), or,
+        ``ended_too``, among every place the order still holds."""
         view = view or self.view()
-        for e in self.entries(reversed(view.open)):
+        positions = list(reversed(view.positions if ended_too else view.open))
+        if ended_too:
+            self._read_ahead(positions)
+        for e in self.entries(positions):
             if e.job_id == job_id:
                 return e
         return None

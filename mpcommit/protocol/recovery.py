@@ -132,6 +132,9 @@ def _recover_one(committer: JobCommitter, status: JobStatus, *, named: bool, old
         except JobStateError:
             return RecoveryAction(job, RecoveryOutcome.SKIPPED, "it started committing meanwhile: run recover again "
                                   "to finish it")
+        if report.ended_before:
+            return RecoveryAction(job, RecoveryOutcome.FINISHED, "it ended meanwhile, in another process's hands "
+                                  "(its driver committed it, or another recover rolled it back): nothing rolled back")
         return RecoveryAction(job, RecoveryOutcome.ROLLED_BACK,
                               f"aborted {report.aborted_uploads} uploads, removed {report.deleted_records} records")
     if older_than is not None and idle is not None:

@@ -217,12 +217,12 @@ class Records:
                 return Held(found[1])
             return Taken(*found) if found is not None else Taken(None, None)
 
-    def delete(self, key: str, *, etag: str, body: bytes | None = None) -> bool:
-        """Delete the record only while its ETag is ``etag``. Where the store cannot make a delete conditional
-        (LocalStack 4.13 answers NotImplemented), it is read first and deleted only while it holds ``body`` (or
-        that ETag): between that read and the delete only a process that took the record's writer for gone
-        could write it. Returns whether it was deleted (or was gone)."""
-        if self.writes.match_etag:
+    def delete(self, key: str, *, etag: str | None, body: bytes | None = None) -> bool:
+        """Delete the record only while its ETag is ``etag`` (None: only while it holds ``body``). Where the store
+        cannot make a delete conditional (LocalStack 4.13 answers NotImplemented), it is read first and deleted
+        only while it holds ``body`` (or that ETag): between that read and the delete only a process that took
+        the record's writer for gone could write it. Returns whether it was deleted (or was gone)."""
+        if self.writes.match_etag and etag is not None:
             try:
                 self.store.delete_object(self.bucket, key, if_match=etag)
                 return True

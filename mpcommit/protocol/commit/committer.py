@@ -32,7 +32,7 @@ from ...errors import (
 from ...modes import CommitMode, CommitOutcome
 from ...options import OrderSettings
 from ...pool import ProgressHook
-from ...store.conditional import ConditionalWrites, conditional_writes
+from ...store.conditional import ConditionalWrites, Records, conditional_writes
 from ...store.s3 import S3Store
 from .. import faults
 from ..heartbeat import Heartbeat
@@ -158,9 +158,12 @@ class JobCommitter:
                 return CommitReport(self.job_id, self.destination.uri, mode, CommitOutcome.NOT_COMMITTED,
                                     ignored=True, aborted_uploads=aborted, duplicate_of=found.record)
             except BaseException as exc:
-                # Refused before the journal: not committed, so the place ends (later jobs need not wait for it).
+                # Refused before the journal: not committed, so the place ends (later jobs need not wait for it) --
+                # unless it ended already: a rollback that claimed the journal key first ends it, and the order's
+                # collection may have covered it since (a process that lost its job records nothing more, I10).
                 try:
-                    self.order.end(entry, Outcome.ROLLED_BACK, reason=_short(exc))
+                    if not isinstance(exc, JobRolledBackError) and self.order.ended(entry.position) is None:
+                        self.order.end(entry, Outcome.ROLLED_BACK, reason=_short(exc))
                 except MpcommitError as failed:
                     log.warning("job %s: could not record the end of its place %d (%s); a later job will take it "
                                 "for dead and end it", self.job_id, entry.position, failed)
@@ -551,7 +554,8 @@ class JobCommitter:
         """Roll back: claim the journal key (so that the job can never commit; JobStateError when it is
         committing already), record the end of its place in the order if it took one, abort every upload of the
         job and remove its records."""
-        self.stop_commit(reason=reason)
+        if not self.stop_commit(reason=reason):
+            return AbortReport(self.job_id, 0, 0, ended_before=True)
         faults.checkpoint("rollback.after_claim")
         with CommitContext(self.threads) as context:
             cleanup = JobCleanup(self.store, self.destination, self.job_id, context)
@@ -576,14 +580,26 @@ class JobCommitter:
                         visible[0])
             self.store.delete_objects(self.destination.bucket, visible)
 
-    def stop_commit(self, *, reason: str) -> None:
+    def stop_commit(self, *, reason: str) -> bool:
         """The first step of a rollback: claim the job's journal key, so that the job can never commit
         (JobStateError when it is committing already), and end its place in the order if it took one. Its
-        uploads may be aborted from here on."""
-        claim_rollback(self.store, self.destination, self.job_id, reason)
-        entry = self.order.find(self.job_id)
-        if entry is not None:
+        uploads may be aborted from here on. False when the job had ended before the claim: its records --
+        the journal key among them -- were removed by the process that committed or rolled it back, so the claim
+        found the key free; the claim is taken back and nothing is rolled back."""
+        claim, mine = claim_rollback(self.store, self.destination, self.job_id, reason)
+        entry = self.order.find(self.job_id, ended_too=True)
+        outcome = self.order.outcome(entry.position) if entry is not None else None
+        committed = outcome is not None and outcome.outcome is Outcome.COMMITTED
+        if mine and (committed or self.store.head_object(self.destination.bucket, self.paths.descriptor) is None):
+            # The job committed (its place ended so), or its descriptor -- its first record -- is gone: it ended
+            # before this claim, which found the journal key freed by its cleanup. Taken back; the job stays as
+            # it ended (a listing of jobs read before it ended brought this rollback here).
+            Records.of(self.store, self.destination.bucket).delete(self.paths.journal, etag=None,
+                                                                   body=claim.to_bytes())
+            return False
+        if entry is not None and outcome is None:
             self.order.end(entry, Outcome.ROLLED_BACK, reason=reason)
+        return True
 
     def abort(self) -> AbortReport:
         """Roll back a job whose commit has not begun (the driver's own ``job.abort()``)."""

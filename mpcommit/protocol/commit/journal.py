@@ -168,16 +168,17 @@ def claim_journal(store: S3Store, destination: Destination, journal: CommitJourn
         ) from exc
 
 
-def claim_rollback(store: S3Store, destination: Destination, job_id: str, reason: str) -> JobRollback:
+def claim_rollback(store: S3Store, destination: Destination, job_id: str, reason: str) -> tuple[JobRollback, bool]:
     """The rollback's side of the barrier: create the job's journal key holding a rollback record. Returns the
-    record that holds (an earlier rollback's, if one was interrupted); raises JobStateError when the key holds
-    a commit journal -- the job is committing and only ``recover`` may act on it."""
+    record that holds and whether it is this call's (else an earlier rollback's, interrupted); raises
+    JobStateError when the key holds a commit journal -- the job is committing and only ``recover`` may act on
+    it."""
     paths = JobPaths(destination, job_id)
     record = JobRollback(job_id, destination.bucket, destination.prefix, int(time.time() * 1000),
                          socket.gethostname(), reason)
     taken = Records.of(store, destination.bucket).create(paths.journal, record.to_bytes())
     if not isinstance(taken, Taken):
-        return record
+        return record, True
     if taken.body is None:
         return claim_rollback(store, destination, job_id, reason)  # it went meanwhile: claim again
     try:
@@ -186,7 +187,7 @@ def claim_rollback(store: S3Store, destination: Destination, job_id: str, reason
         raise JobStateError(f"job {job_id}: its journal key holds a record that cannot be read ({exc}); it is not "
                             "rolled back. Inspect it before acting.") from exc
     if isinstance(found, JobRollback):
-        return found
+        return found, False
     raise JobStateError(
         f"job {job_id} is committing (its commit journal exists): its files may be partly visible and rolling back "
         f"would lose them. Finish it with `mpcommit jobs recover {destination.uri} --job {job_id}`.")

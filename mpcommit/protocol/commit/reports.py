@@ -108,3 +108,6 @@ class AbortReport:
     job_id: str
     aborted_uploads: int
     deleted_records: int
+    #: The job had ended before the rollback could claim it -- committed, or rolled back, by another process,
+    #: its records removed -- so nothing was rolled back (a listing of jobs read before it ended).
+    ended_before: bool = False
