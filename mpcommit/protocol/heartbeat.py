@@ -27,7 +27,7 @@ from typing import Any
 from ..errors import ManifestError, MpcommitError, NoSuchKeyError, PreconditionFailedError
 from ..store.conditional import Held, Records
 from ..store.s3 import S3Store
-from .layout import JobPaths
+from .layout import JobPaths, table_of
 from .records.liveness import Beat, Holder
 
 log = logging.getLogger(__name__)
@@ -68,8 +68,8 @@ class Heartbeat:
         this process's beat. PreconditionFailedError when another process's beat holds the key."""
         self._beats += 1
         sent = time.monotonic()
-        found = Records.of(self.store, self.paths.destination.bucket).replace(self.paths.heartbeat, self._body(),
-                                                                              etag=if_match)
+        records = Records.of(self.store, self.paths.destination.bucket, table_of(self.paths.destination).root)
+        found = records.replace(self.paths.heartbeat, self._body(), etag=if_match)
         if not isinstance(found, Held):
             raise PreconditionFailedError(f"the heartbeat of job {self.paths.job_id} was written by another process",
                                           operation="put_object", key=self.paths.heartbeat)

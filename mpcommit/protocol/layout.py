@@ -347,6 +347,11 @@ def normalize_partition(partition: str | Mapping[str, object] | Iterable[tuple[s
         path = partition.strip("/")
         if not _clean_relative(path):
             raise UsageError(f"partition {partition!r} has an empty, '.' or '..' segment")
+        if any(ord(ch) < 0x20 or ch == "\x7f" for ch in path):
+            # Keys with control characters break S3's XML listings of pending uploads (and with them the commit);
+            # as a path, which of them the caller meant escaped cannot be told.
+            raise UsageError(f"partition {partition!r} has a control character; pass {{column: value}} to have it "
+                             "escaped")
         pairs = []
         for segment in path.split("/"):
             name, sep, value = segment.partition("=")

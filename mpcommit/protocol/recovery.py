@@ -133,8 +133,10 @@ def _recover_one(committer: JobCommitter, status: JobStatus, *, named: bool, old
             return RecoveryAction(job, RecoveryOutcome.SKIPPED, "it started committing meanwhile: run recover again "
                                   "to finish it")
         if report.ended_before:
+            left = (f"; what was left of it went: aborted {report.aborted_uploads} uploads, removed "
+                    f"{report.deleted_records} records") if report.aborted_uploads or report.deleted_records else ""
             return RecoveryAction(job, RecoveryOutcome.FINISHED, "it ended meanwhile, in another process's hands "
-                                  "(its driver committed it, or another recover rolled it back): nothing rolled back")
+                                  "(its driver committed it): nothing rolled back" + left)
         return RecoveryAction(job, RecoveryOutcome.ROLLED_BACK,
                               f"aborted {report.aborted_uploads} uploads, removed {report.deleted_records} records")
     if older_than is not None and idle is not None:

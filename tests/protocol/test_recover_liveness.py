@@ -20,7 +20,7 @@ class Committer:
         self.aborted = True
 
         class Report:
-            aborted_uploads, deleted_records = 3, 2
+            aborted_uploads, deleted_records, ended_before = 3, 2, False
 
         return Report()
 

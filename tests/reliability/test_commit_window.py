@@ -24,7 +24,7 @@ def test_the_commit_keeps_more_completes_in_flight_than_threads_without_a_thread
     are started from the committing thread and answered on the transport's own, not one thread each."""
     bucket = backend.new_bucket()
     job = Job.create(f"s3://{bucket}/t", s3=backend.options, commit_threads=2)
-    refs = [write_task(job, t, {f"dt={t % 3}/f{i}": b"x\n" for i in range(8)}) for t in range(10)]
+    refs = [write_task(job, t, {f"dt={t % 3}/f={i}": b"x\n" for i in range(8)}) for t in range(10)]
     store = job.store
     start_complete = store.start_complete
     lock = threading.Lock()
@@ -69,9 +69,9 @@ def test_slowdowns_on_completes_deletes_and_aborts_are_absorbed_each_refused_req
         options = dataclasses.replace(backend.options, endpoint_url=proxy.endpoint_url, retry=QUICK,
                                       complete_transport=transport)
         job = Job.create(f"s3://{bucket}/t", mode="overwrite", s3=options, commit_threads=4)
-        refs = [write_task(job, t, {f"dt={t % 3}/f{i}": b"new %d %d\n" % (t, i) for i in range(4)}) for t in range(10)]
+        refs = [write_task(job, t, {f"dt={t % 3}/f={i}": b"new %d %d\n" % (t, i) for i in range(4)}) for t in range(10)]
         for t in range(10):  # a losing attempt of each task: its uploads are the leftovers to abort
-            write_task(job, t, {f"dt={t % 3}/f{i}": b"loser\n" for i in range(3)}, attempt=1, commit=False)
+            write_task(job, t, {f"dt={t % 3}/f={i}": b"loser\n" for i in range(3)}, attempt=1, commit=False)
         # Small DeleteObjects batches, so that the deletes are many requests too.
         import mpcommit.protocol.commit.replacing as replacing
 

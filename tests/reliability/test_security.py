@@ -100,7 +100,10 @@ def _stage_and_write(job: Job, task_id: int, attempt: int = 0, *, fail: bool = F
 @pytest.mark.parametrize("backend_name, sse", SSE_CASES)
 def test_encryption_and_bucket_owner_on_every_request_that_accepts_them(request, backend_name, sse):
     backend = request.getfixturevalue(f"{backend_name}_backend")
-    options = _with_backend(backend, sse)
+    # Every request through boto3, where the log sees it built: the CRT transport sends a task's requests and the
+    # completes with the very headers boto3 would (tests/store/test_transport.py,
+    # test_the_crt_sends_a_tasks_requests_as_boto3_sends_them and test_the_crt_sends_the_request_boto3_sends).
+    options = _with_backend(backend, sse, complete_transport="boto3")
     store = store_for(options)
     log = RequestLog(store)
     bucket = backend.new_bucket("mpc-sec")

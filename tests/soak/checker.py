@@ -145,7 +145,7 @@ class Reader:
                 job = key.split("_temporary/mpcommit/", 1)[1].split("/", 1)[0]
                 records[job].add(key)
                 continue
-            if is_hidden(rel) or not rel:
+            if is_hidden(key) or not rel:  # (a probe of conditional writes at the bucket root too)
                 continue
             objects += 1
             cache_key = (key, obj["ETag"])

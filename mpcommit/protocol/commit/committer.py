@@ -553,7 +553,10 @@ class JobCommitter:
         committing already), record the end of its place in the order if it took one, abort every upload of the
         job and remove its records."""
         if not self.stop_commit(reason=reason):
-            return AbortReport(self.job_id, 0, 0, ended_before=True)
+            # It committed before the claim: what is left of it -- a zombie's uploads and manifest, or records its
+            # own cleanup had not removed yet -- is no part of what it committed, and goes as after any commit.
+            aborted, deleted = self.discard_all()
+            return AbortReport(self.job_id, aborted, deleted, ended_before=True)
         faults.checkpoint("rollback.after_claim")
         with CommitContext(self.threads) as context:
             cleanup = JobCleanup(self.store, self.destination, self.job_id, context)
@@ -587,13 +590,12 @@ class JobCommitter:
         claim, mine = claim_rollback(self.store, self.destination, self.job_id, reason)
         entry = self.order.find(self.job_id, ended_too=True)
         outcome = self.order.outcome(entry.position) if entry is not None else None
-        committed = outcome is not None and outcome.outcome is Outcome.COMMITTED
-        if mine and (committed or self.store.head_object(self.destination.bucket, self.paths.descriptor) is None):
-            # The job committed (its place ended so), or its descriptor -- its first record -- is gone: it ended
-            # before this claim, which found the journal key freed by its cleanup. Taken back; the job stays as
-            # it ended (a listing of jobs read before it ended brought this rollback here).
-            Records.of(self.store, self.destination.bucket).delete(self.paths.journal, etag=None,
-                                                                   body=claim.to_bytes())
+        if mine and outcome is not None and outcome.outcome is Outcome.COMMITTED:
+            # The job committed before this claim, which found the journal key freed by its cleanup (a listing of
+            # jobs read before it ended brought this rollback here). Taken back; the job stays committed. (A job
+            # that ended otherwise -- aborted, rolled back -- is rolled back again: what its zombies left goes.)
+            records = Records.of(self.store, self.destination.bucket, self.table.root)
+            records.delete(self.paths.journal, etag=None, body=claim.to_bytes())
             return False
         if entry is not None and outcome is None:
             self.order.end(entry, Outcome.ROLLED_BACK, reason=reason)

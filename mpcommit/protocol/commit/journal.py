@@ -28,7 +28,7 @@ from ...errors import (
 from ...modes import PartitionOverwrite, WriteMode
 from ...store.conditional import Records, Taken
 from ...store.s3 import S3Store
-from ..layout import Destination, JobPaths
+from ..layout import Destination, JobPaths, table_of
 from ..records.job import CommitJournal, DeleteEntry, JobDescriptor, JobRollback, MergedFile, read_claim
 from ..records.manifest import TaskManifest, TaskResult
 from ..records.success import SuccessData, success_without_names
@@ -144,7 +144,7 @@ def claim_journal(store: S3Store, destination: Destination, journal: CommitJourn
     Raises JobRolledBackError when a rollback got there first (nothing of this job is visible), and
     CommitStateUnknownError when the answer could not be had."""
     paths = JobPaths(destination, journal.job_id)
-    records = Records.of(store, destination.bucket)
+    records = Records.of(store, destination.bucket, table_of(destination).root)
     try:
         if isinstance(records.create(paths.journal, journal.to_bytes()), Taken):
             # A rollback's record holds the key (or held it, and the rollback finished and removed it).
@@ -176,7 +176,7 @@ def claim_rollback(store: S3Store, destination: Destination, job_id: str, reason
     paths = JobPaths(destination, job_id)
     record = JobRollback(job_id, destination.bucket, destination.prefix, int(time.time() * 1000),
                          socket.gethostname(), reason)
-    taken = Records.of(store, destination.bucket).create(paths.journal, record.to_bytes())
+    taken = Records.of(store, destination.bucket, table_of(destination).root).create(paths.journal, record.to_bytes())
     if not isinstance(taken, Taken):
         return record, True
     if taken.body is None:

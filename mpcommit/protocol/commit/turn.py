@@ -36,7 +36,7 @@ from ...options import OrderSettings
 from ...store.conditional import Held, Records, Taken
 from ...store.s3 import S3Store
 from ..heartbeat import Heartbeat, Pulse
-from ..layout import JobPaths
+from ..layout import JobPaths, table_of
 from ..records.liveness import Beat, Holder, TurnRecord
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ class FinisherTurn:
         self._body: bytes | None = None  # what this process wrote at the turn's key
 
     def _records(self) -> Records:
-        return Records.of(self.store, self.paths.destination.bucket)
+        return Records.of(self.store, self.paths.destination.bucket, table_of(self.paths.destination).root)
 
     def take(self, ended: Callable[[], bool]) -> bool:
         """Wait for the turn: True once this process holds it (and the job's heartbeat), False once ``ended()``
