@@ -296,13 +296,15 @@ def _has_timestamp(schema: pa.Schema) -> bool:
 
 
 def arrow_schema_of(spark_schema: Any, settings: SessionSettings) -> pa.Schema:
-    """The Arrow schema Spark hands the tasks for a Spark ``StructType``, to check types before anything runs."""
-    from pyspark.sql.pandas.types import to_arrow_schema
+    """The Arrow schema Spark hands the tasks for a Spark ``StructType``, to check types before anything runs.
+    Only a type the conversion refuses is blamed on the data (the conversion's own signature is :mod:`.compat`'s)."""
+    from pyspark.errors import PySparkException
+
+    from .compat import to_arrow_schema
 
     try:
-        return to_arrow_schema(spark_schema, timezone=settings.time_zone or "UTC",
-                               prefers_large_types=settings.large_var_types)
-    except Exception as exc:  # noqa: BLE001 - pyspark raises its own error types; say what to do instead
+        return to_arrow_schema(spark_schema, time_zone=settings.time_zone, large_var_types=settings.large_var_types)
+    except PySparkException as exc:  # PySpark's refusal of a type; anything else is no fault of the data's
         raise UsageError(
             f"the data has a column type Spark cannot hand to Python as Arrow ({exc}); cast it first. "
             "Nothing was written."

@@ -13,16 +13,22 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import (
+
+from .compat import check_data_source
+
+# PySpark 3.5 has no pyspark.sql.datasource: refused by name here rather than as a module that is not there.
+check_data_source()
+
+from pyspark.sql.datasource import (  # noqa: E402
     DataSource,
     DataSourceArrowWriter,
     DataSourceStreamArrowWriter,
     WriterCommitMessage,
 )
 
-from ..errors import UsageError
-from .datasource import NAME, NO_READER, NO_SCHEMA, BatchWrite, TaskOutcome
-from .streaming import StreamSink
+from ..errors import UsageError  # noqa: E402
+from .datasource import NAME, NO_READER, NO_SCHEMA, BatchWrite, TaskOutcome  # noqa: E402
+from .streaming import StreamSink  # noqa: E402
 
 __all__ = ["BatchWriter", "DefaultSource", "StreamWriter", "TaskMessage"]
 

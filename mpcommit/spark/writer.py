@@ -38,7 +38,8 @@ from ..protocol.commit import DEFAULT_COMMIT_THREADS, CommitReport
 from ..protocol.commit.committed import HandedOverResults
 from ..protocol.job import Job
 from ..protocol.records.manifest import InlineBudget, TaskResult, inline_parts_per_task
-from .plan import StartedWrite, TaskHook, plan_write
+from .plan import StartedWrite, TaskHook, arrow_schema_of, plan_write
+from .compat import check_pyspark
 from .request import Settings, WriteRequest
 from .session import Recorder, SessionSettings
 from .table_schema import SchemaMismatch
@@ -239,6 +240,7 @@ def _check_dataframe(df: Any, function: str = "write") -> None:
     """Refuse anything but a PySpark DataFrame (classic or Connect), naming the function called and the type given
     by its module (a pandas or polars DataFrame is also called DataFrame)."""
     if all(hasattr(df, attr) for attr in ("mapInArrow", "schema", "sparkSession")):
+        check_pyspark()  # an unsupported PySpark is named here, not by whatever fails first further on
         return
     kind = type(df)
     name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
@@ -250,15 +252,7 @@ def _check_dataframe(df: Any, function: str = "write") -> None:
 
 def _arrow_schema(df: "DataFrame", session: SessionSettings) -> pa.Schema:
     """The Arrow schema Spark hands the tasks, to check types against the format before anything runs."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    try:
-        return to_arrow_schema(df.schema, timezone=session.time_zone, prefers_large_types=session.large_var_types)
-    except Exception as exc:  # noqa: BLE001 - pyspark raises its own error types; say what to do instead
-        raise UsageError(
-            f"the DataFrame has a column type Spark cannot hand to Python as Arrow ({exc}); cast it first. "
-            "Nothing was written."
-        ) from exc
+    return arrow_schema_of(df.schema, session)
 
 
 class _job_description:  # noqa: N801 - used like a function

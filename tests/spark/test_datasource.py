@@ -12,11 +12,11 @@ import pyarrow as pa
 import pytest
 
 from mpcommit.spark import register
-from tests.support.spark_tables import SPARK_MARKS, assert_clean, data_keys, read_table, s3_filesystem
+from tests.support.spark_tables import PYSPARK4, SPARK_MARKS, assert_clean, data_keys, read_table, s3_filesystem
 from tests.support.checks import all_keys, pending_uploads, read_object
 from tests.support.spark_s3a import session_settings
 
-pytestmark = SPARK_MARKS
+pytestmark = [*SPARK_MARKS, PYSPARK4]
 
 DT = pa.schema([("dt", pa.string())])
 

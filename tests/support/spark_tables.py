@@ -18,6 +18,37 @@ SPARK_MARKS = [
     pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning"),
 ]
 
+#: Marks a test of the doors built on PySpark 4's Python Data Source API (the data source, the streaming sink).
+PYSPARK4 = pytest.mark.pyspark4
+
+
+def data_source_missing() -> str | None:
+    """Why the data source's tests cannot run with the installed PySpark (3.5: no Python data source API), or None
+    when they can -- or when there is no PySpark at all, which the Spark tests say themselves."""
+    try:
+        from mpcommit.spark.compat import DATA_SOURCE_MIN, pyspark_version
+        found = pyspark_version()
+    except ImportError:
+        return None
+    if found >= DATA_SOURCE_MIN:
+        return None
+    return (f"needs PySpark 4's Python Data Source API (the mpcommit data source and streaming sink); this is PySpark "
+            f"{found[0]}.{found[1]}, where mpcommit refuses those doors by name (tests/spark/test_versions.py)")
+
+
+def to_arrow(df: Any) -> pa.Table:
+    """``df``'s rows as an Arrow table: ``DataFrame.toArrow()`` (PySpark 4), or on PySpark 3.5, which lacks it, the
+    batches its ``toPandas`` collects through Arrow."""
+    if hasattr(type(df), "toArrow"):
+        return df.toArrow()
+    batches = df._collect_as_arrow()  # noqa: SLF001 - PySpark 3.5's toArrow in all but name
+    if batches:
+        return pa.Table.from_batches(batches)
+    from mpcommit.spark.compat import to_arrow_schema
+
+    return to_arrow_schema(df.schema, time_zone=df.sparkSession.conf.get("spark.sql.session.timeZone"),
+                           large_var_types=False).empty_table()
+
 
 def s3_filesystem(endpoint_url: str) -> Any:
     """pyarrow's S3 filesystem on one endpoint (the harness's credentials); paths are ``bucket/key``."""
