@@ -27,7 +27,7 @@ from pyspark.sql.datasource import (  # noqa: E402
 )
 
 from ..errors import UsageError  # noqa: E402
-from .datasource import NAME, NO_READER, NO_SCHEMA, BatchWrite, TaskOutcome  # noqa: E402
+from .datasource import NAME, NO_READER, NO_SCHEMA, BatchWrite, TaskOutcome, user_facing  # noqa: E402
 from .streaming import StreamSink  # noqa: E402
 
 __all__ = ["BatchWriter", "DefaultSource", "StreamWriter", "TaskMessage"]
@@ -53,15 +53,19 @@ class DefaultSource(DataSource):
     def name(cls) -> str:
         return NAME
 
+    @user_facing
     def schema(self) -> Any:
         raise UsageError(NO_SCHEMA)
 
+    @user_facing
     def reader(self, schema: Any) -> Any:
         raise UsageError(NO_READER)
 
+    @user_facing
     def writer(self, schema: Any, overwrite: bool) -> "BatchWriter":
         return BatchWriter(dict(self.options), schema, overwrite)
 
+    @user_facing
     def streamWriter(self, schema: Any, overwrite: bool) -> "StreamWriter":  # noqa: N802 - PySpark's name
         return StreamWriter(dict(self.options), schema, overwrite)
 
@@ -72,12 +76,15 @@ class BatchWriter(DataSourceArrowWriter):
     def __init__(self, options: dict[str, str], schema: Any, overwrite: bool):
         self.impl = BatchWrite(options, schema, overwrite)
 
+    @user_facing
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskMessage:
         return TaskMessage.of(self.impl.write_task(iterator))
 
+    @user_facing
     def commit(self, messages: Sequence[TaskMessage | None]) -> None:
         self.impl.commit(messages)
 
+    @user_facing
     def abort(self, messages: Sequence[TaskMessage | None]) -> None:
         self.impl.abort(messages)
 
@@ -88,11 +95,14 @@ class StreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: dict[str, str], schema: Any, overwrite: bool):
         self.sink = StreamSink(options, schema, overwrite)
 
+    @user_facing
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskMessage:
         return TaskMessage.of(self.sink.write_task(iterator))
 
+    @user_facing
     def commit(self, messages: Sequence[TaskMessage | None], batchId: int) -> None:  # noqa: N803 - PySpark's name
         self.sink.commit(messages, batchId)
 
+    @user_facing
     def abort(self, messages: Sequence[TaskMessage | None], batchId: int) -> None:  # noqa: N803
         self.sink.abort(messages, batchId)
