@@ -107,6 +107,29 @@ def is_connect_session(spark: Any) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect.")
 
 
+# ---------------------------------------------------------------- Scala's collections, over py4j
+def _converters(jvm: Any) -> Any:
+    """Scala 2.13's ``scala.jdk.javaapi.CollectionConverters`` (Spark 4), or None on Scala 2.12 (Spark 3.5), which
+    has only ``scala.collection.JavaConverters``. (py4j names a class the JVM does not have a ``JavaPackage``.)"""
+    converters = jvm.scala.jdk.javaapi.CollectionConverters
+    return converters if type(converters).__name__ == "JavaClass" else None
+
+
+def scala_dict(jvm: Any, scala_map: Any) -> dict[str, str]:
+    """A Scala ``Map`` of the JVM as a dict of strings."""
+    converters = _converters(jvm)
+    java = converters.asJava(scala_map) if converters is not None else \
+        jvm.scala.collection.JavaConverters.mapAsJavaMap(scala_map)
+    return {str(k): str(v) for k, v in dict(java).items()}
+
+
+def scala_list(jvm: Any, scala_seq: Any) -> list[Any]:
+    """A Scala ``Seq`` of the JVM as a list."""
+    converters = _converters(jvm)
+    return list(converters.asJava(scala_seq) if converters is not None else
+                jvm.scala.collection.JavaConverters.seqAsJavaList(scala_seq))
+
+
 # ---------------------------------------------------------------- the catalog
 class SparkSqlCatalog:
     """Registers commits in ``spark``'s session catalog (``spark_catalog``).
@@ -146,10 +169,10 @@ class SparkSqlCatalog:
         return self._jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(dict(values))
 
     def _dict(self, scala_map: Any) -> dict[str, str]:
-        return {str(k): str(v) for k, v in dict(self._jvm.scala.jdk.javaapi.CollectionConverters.asJava(scala_map)).items()}
+        return scala_dict(self._jvm, scala_map)
 
     def _list(self, scala_seq: Any) -> list[Any]:
-        return list(self._jvm.scala.jdk.javaapi.CollectionConverters.asJava(scala_seq))
+        return scala_list(self._jvm, scala_seq)
 
     def _location(self, uri: Any) -> str:
         # CatalogUtils.URIToString gives the path as written (``dt=a%3Ab``), not URI-encoded (``%253A``).

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import glob
+import inspect
 import os
 import shutil
 import subprocess
@@ -149,6 +150,29 @@ def test_the_arrow_schema_is_the_one_spark_hands_python() -> None:
     assert large.field("s").type == pa.large_string() and large.field("b").type == pa.large_binary()
     assert large.field("st").type.field("inner").type == pa.large_string()
     assert large.field("ts").type == pa.timestamp("us", tz="UTC"), "no session zone: UTC, as Spark's default"
+
+
+def test_the_shim_for_pyspark_3_5s_signature_runs_under_any_pyspark(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``make test`` runs one PySpark: the 3.5 branch of the shim is run here under whichever is installed, with a
+    conversion of 3.5's signature and output (UTC timestamps, small types: PySpark 3.5.9's, checked against the
+    real 3.5 by the matrix's run of the test above)."""
+    import pyspark.sql.pandas.types as types
+    from pyspark.sql.types import BinaryType, MapType, StringType, StructField, StructType, TimestampType
+
+    real = types.to_arrow_schema
+    if "timezone" not in inspect.signature(real).parameters:
+        pytest.skip("this is PySpark 3.5: test_the_arrow_schema_is_the_one_spark_hands_python runs its branch")
+
+    def of_pyspark_3_5(schema: Any) -> pa.Schema:
+        return real(schema, timezone="UTC", prefers_large_types=False)
+
+    monkeypatch.setattr(types, "to_arrow_schema", of_pyspark_3_5)
+    schema = StructType([StructField("s", StringType()), StructField("b", BinaryType()),
+                         StructField("m", MapType(StringType(), TimestampType())), StructField("ts", TimestampType())])
+    assert compat.to_arrow_schema(schema, time_zone="Asia/Tokyo", large_var_types=True) == \
+        real(schema, timezone="Asia/Tokyo", prefers_large_types=True)
+    assert compat.to_arrow_schema(schema, time_zone=None, large_var_types=False) == \
+        real(schema, timezone="UTC", prefers_large_types=False)
 
 
 def test_a_type_spark_cannot_hand_over_is_blamed_on_the_data_and_a_bug_is_not(monkeypatch: pytest.MonkeyPatch) -> None:
