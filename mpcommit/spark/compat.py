@@ -2,7 +2,8 @@
 
 Supported: PySpark 3.5 and every 4.x, on Python 3.10 and later (README, "Supported versions", lists the combinations
 the tests ran). ``write()`` and ``writer(df)`` need only ``mapInArrow`` (PySpark 3.3+), so they run on 3.5 and 4.x
-alike; the data source and the streaming sink are built on PySpark 4's Python Data Source API, which 3.5 lacks.
+alike; the data source is built on PySpark 4's Python Data Source API, which 3.5 lacks, and the streaming sink on its
+Arrow stream writer, which 4.0 lacks too.
 
 Anything else is refused by name at the first write (:func:`check_pyspark`, :func:`check_data_source`) -- "PySpark
 3.4 is not supported: ..." -- never by an error from deeper down that blames something else. The differences
@@ -84,8 +85,30 @@ def check_data_source(version: tuple[int, int] | None = None) -> None:
 
 
 def has_data_source() -> bool:
-    """Whether this PySpark has the Python Data Source API (the data source and the sink can run)."""
+    """Whether this PySpark has the Python Data Source API (the batch data source can run)."""
     return pyspark_version() >= DATA_SOURCE_MIN
+
+
+def stream_writer_base() -> type | None:
+    """PySpark's Arrow stream writer (``DataSourceStreamArrowWriter``), the base of the streaming sink; None where
+    PySpark has none (4.0 hands a Python stream writer its rows one by one, not as Arrow batches)."""
+    import pyspark.sql.datasource as datasource
+
+    return getattr(datasource, "DataSourceStreamArrowWriter", None)
+
+
+def check_stream_sink() -> None:
+    """Refuse ``df.writeStream.format("mpcommit")`` on a PySpark whose stream writers get rows, not Arrow batches,
+    saying what works there."""
+    check_data_source()
+    if stream_writer_base() is None:
+        major, minor = pyspark_version()
+        raise UnsupportedVersionError(
+            f"the mpcommit streaming sink (df.writeStream.format('mpcommit')) needs a PySpark that hands a Python "
+            f"stream writer Arrow batches (DataSourceStreamArrowWriter, PySpark 4.1 and later): PySpark "
+            f"{major}.{minor} hands it rows one by one. Upgrade PySpark, or write each micro-batch with "
+            "foreachBatch and mpcommit.spark.writer(batch_df) -- which commits each batch through mpcommit but "
+            "writes a micro-batch that Spark replays once more. Nothing was written.")
 
 
 # ---------------------------------------------------------------- the shims

@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from .compat import check_data_source
+from .compat import check_data_source, check_stream_sink, stream_writer_base
 
 # PySpark 3.5 has no pyspark.sql.datasource: refused by name here rather than as a module that is not there.
 check_data_source()
@@ -22,12 +22,19 @@ check_data_source()
 from pyspark.sql.datasource import (  # noqa: E402
     DataSource,
     DataSourceArrowWriter,
-    DataSourceStreamArrowWriter,
+    DataSourceStreamWriter,
     WriterCommitMessage,
 )
 
 from ..errors import UsageError  # noqa: E402
-from .datasource import NAME, NO_READER, NO_SCHEMA, BatchWrite, TaskOutcome, user_facing  # noqa: E402
+from .datasource import (  # noqa: E402
+    NAME,
+    NO_READER,
+    NO_SCHEMA,
+    BatchWrite,
+    TaskOutcome,
+    user_facing,
+)
 from .streaming import StreamSink  # noqa: E402
 
 __all__ = ["BatchWriter", "DefaultSource", "StreamWriter", "TaskMessage"]
@@ -67,6 +74,7 @@ class DefaultSource(DataSource):
 
     @user_facing
     def streamWriter(self, schema: Any, overwrite: bool) -> "StreamWriter":  # noqa: N802 - PySpark's name
+        check_stream_sink()  # PySpark 4.0's stream writers get rows: refused by name there
         return StreamWriter(dict(self.options), schema, overwrite)
 
 
@@ -89,7 +97,12 @@ class BatchWriter(DataSourceArrowWriter):
         self.impl.abort(messages)
 
 
-class StreamWriter(DataSourceStreamArrowWriter):
+# PySpark 4.0 has no Arrow stream writer: there DefaultSource.streamWriter refuses the sink by name, and this class,
+# never made, stands on the row writer's base so that the batch data source still loads.
+_StreamBase: Any = stream_writer_base() or DataSourceStreamWriter
+
+
+class StreamWriter(_StreamBase):  # type: ignore[misc,valid-type]
     """A streaming sink (:class:`mpcommit.spark.streaming.StreamSink`): each micro-batch one job, exactly once."""
 
     def __init__(self, options: dict[str, str], schema: Any, overwrite: bool):

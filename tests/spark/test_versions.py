@@ -52,6 +52,21 @@ def test_the_data_source_on_pyspark_3_5_is_refused_saying_what_works_there() -> 
         compat.check_data_source((3, 4))  # the older refusal first: nothing of mpcommit's runs there
 
 
+def test_the_stream_sink_without_an_arrow_stream_writer_is_refused_saying_what_works(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(compat, "pyspark_version", lambda: (4, 0))
+    monkeypatch.setattr(compat, "stream_writer_base", lambda: None)
+    with pytest.raises(UnsupportedVersionError) as caught:
+        compat.check_stream_sink()
+    text = str(caught.value)
+    assert text.startswith("the mpcommit streaming sink (df.writeStream.format('mpcommit')) needs a PySpark that hands "
+                           "a Python stream writer Arrow batches (DataSourceStreamArrowWriter, PySpark 4.1 and later): "
+                           "PySpark 4.0 hands it rows one by one"), text
+    assert "foreachBatch" in text and "Nothing was written" in text
+    monkeypatch.setattr(compat, "stream_writer_base", lambda: object)
+    compat.check_stream_sink()
+
+
 @pytest.mark.parametrize("text,expected", [("3.5.9", (3, 5)), ("4.1.0.dev1", (4, 1)), ("4.3.0", (4, 3))])
 def test_pysparks_version_strings_are_read(text: str, expected: tuple[int, int]) -> None:
     assert compat.parse_version(text) == expected
@@ -231,4 +246,26 @@ def test_on_pyspark_3_5_the_data_sources_doors_are_refused_and_write_nothing(spa
     df = spark.createDataFrame([(1, "a")], "id long, s string")
     with pytest.raises(Exception, match="DATA_SOURCE_NOT_FOUND.*mpcommit"):
         df.write.format("mpcommit").mode("append").save(f"s3://{bucket}/t")
+    assert all_keys(be.client, bucket) == set() and pending_uploads(be.client, bucket) == []
+
+
+NO_STREAM_WRITER = not ON_3_5 and compat.stream_writer_base() is None
+
+
+@pytest.mark.skipif(not NO_STREAM_WRITER, reason="the refusal of the sink where PySpark has no Arrow stream writer "
+                                                 "(PySpark 4.0; this one has it, or has no data source at all)")
+@pytest.mark.spark
+def test_where_pyspark_has_no_arrow_stream_writer_the_sink_is_refused_and_writes_nothing(spark, moto_backend,
+                                                                                        tmp_path) -> None:  # noqa: ANN001
+    be, bucket = moto_backend, moto_backend.new_bucket()
+    stream = spark.readStream.format("rate").option("rowsPerSecond", 5).load().selectExpr("value AS id")
+    query = (stream.writeStream.format("mpcommit").option("s3.endpointUrl", be.endpoint_url)
+             .option("s3.accessKeyId", "test").option("s3.secretAccessKey", "test").option("s3.region", "us-east-1")
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).start(f"s3://{bucket}/t"))
+    try:
+        with pytest.raises(Exception, match=r"UnsupportedVersionError: the mpcommit streaming sink .* needs a PySpark "
+                                            r"that hands a Python stream writer Arrow batches"):
+            query.awaitTermination(300)
+    finally:
+        query.stop()
     assert all_keys(be.client, bucket) == set() and pending_uploads(be.client, bucket) == []

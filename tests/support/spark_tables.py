@@ -18,22 +18,27 @@ SPARK_MARKS = [
     pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning"),
 ]
 
-#: Marks a test of the doors built on PySpark 4's Python Data Source API (the data source, the streaming sink).
+#: Marks a test of the doors built on PySpark 4's Python Data Source API (the data source; the sink too).
 PYSPARK4 = pytest.mark.pyspark4
+#: Marks a test of the streaming sink, which needs PySpark's Arrow stream writer (4.1 and later).
+STREAM_SINK = pytest.mark.stream_sink
 
 
-def data_source_missing() -> str | None:
-    """Why the data source's tests cannot run with the installed PySpark (3.5: no Python data source API), or None
+def door_missing(marker: str) -> str | None:
+    """Why the tests marked ``marker`` (``pyspark4``, ``stream_sink``) cannot run with the installed PySpark, or None
     when they can -- or when there is no PySpark at all, which the Spark tests say themselves."""
     try:
-        from mpcommit.spark.compat import DATA_SOURCE_MIN, pyspark_version
-        found = pyspark_version()
+        from mpcommit.spark import compat
+
+        found = compat.pyspark_version()
     except ImportError:
         return None
-    if found >= DATA_SOURCE_MIN:
-        return None
-    return (f"needs PySpark 4's Python Data Source API (the mpcommit data source and streaming sink); this is PySpark "
-            f"{found[0]}.{found[1]}, where mpcommit refuses those doors by name (tests/spark/test_versions.py)")
+    where = f"this is PySpark {found[0]}.{found[1]}, where mpcommit refuses it by name (tests/spark/test_versions.py)"
+    if found < compat.DATA_SOURCE_MIN:
+        return f"needs PySpark 4's Python Data Source API (the mpcommit data source and streaming sink); {where}"
+    if marker == "stream_sink" and compat.stream_writer_base() is None:
+        return f"needs PySpark's Arrow stream writer (DataSourceStreamArrowWriter, the streaming sink's); {where}"
+    return None
 
 
 def to_arrow(df: Any) -> pa.Table:
