@@ -32,6 +32,7 @@ from .base import (
     CatalogResult,
     Registration,
     RegistrationMode,
+    TableLayout,
     TableName,
     TableNotFoundError,
     UnsupportedTableError,
@@ -47,6 +48,7 @@ from .plan import (
     ExistingPartition,
     PartitionChange,
     check_partition_columns,
+    format_of,
     group_by_action,
     plan_partitions,
     table_parameters,
@@ -177,6 +179,20 @@ class SparkSqlCatalog:
     def _location(self, uri: Any) -> str:
         # CatalogUtils.URIToString gives the path as written (``dt=a%3Ab``), not URI-encoded (``%253A``).
         return str(self._jvm.org.apache.spark.sql.catalyst.catalog.CatalogUtils.URIToString(uri))
+
+    # ------------------------------------------------------------ a write's target
+    def layout(self, table: "TableName | str") -> TableLayout:
+        """Where ``table`` keeps its files and how (see :class:`~mpcommit.catalog.base.TableLayout`): its location,
+        its format (Spark's provider, or for a Hive table its SerDe) and its partition columns."""
+        table = TableName.parse(table)
+        info = self._get_table(self._external(), table)
+        location_uri = info.storage().locationUri()
+        location = self._location(location_uri.get()) if location_uri.isDefined() else None
+        provider = str(info.provider().get()) if info.provider().isDefined() else ""
+        serde = info.storage().serde()
+        library = str(serde.get()) if serde.isDefined() else None
+        return TableLayout(table, location, format_of(provider, library), provider or library or "",
+                           tuple(str(c) for c in self._list(info.partitionColumnNames())))
 
     # ------------------------------------------------------------ registration
     def register(self, table: TableName, registration: Registration) -> CatalogResult:

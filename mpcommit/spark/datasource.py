@@ -53,6 +53,14 @@ NO_SCHEMA = ("mpcommit only writes, so it cannot tell a table's columns: declare
              "format, e.g. spark.read.parquet('s3a://bucket/table').")
 NO_READER = ("mpcommit only writes: read the table with Spark's reader for its format, e.g. "
              "spark.read.parquet('s3a://bucket/table') (mpcommit's tables are plain Hive-style folders)")
+#: Why a query of a catalog table USING mpcommit finds nothing to read: Spark keeps no options for a Python data
+#: source's table (PySpark 4.3), and a saveAsTable through the source cannot be told from a save() (the same options).
+NO_TABLE_OPTIONS = ("this table has no options: Spark keeps neither a location nor options for a table whose "
+                    "provider is a Python data source, as df.write.format('mpcommit')...saveAsTable(...) and CREATE "
+                    "TABLE ... USING mpcommit make it, so nothing can be read through it. saveAsTable wrote its data "
+                    "where its path said. Drop this table and make one Spark reads natively: CREATE TABLE t (...) "
+                    "USING parquet PARTITIONED BY (...) LOCATION 's3a://bucket/table'; then write into it with "
+                    ".option('table', 'db.t') (catalog glue) or mpcommit.spark.writer(df, table='db.t').")
 
 
 #: PySpark's worker switch (``spark.sql.execution.pyspark.udf.hideTraceback.enabled`` sets it for all workers):

@@ -120,8 +120,10 @@ class PlannedWrite:
         target = None
         if s.table is not None:  # before the job: a bad name or catalog must not cost a written-then-aborted job
             from ..catalog.sync import check_target  # only a write that registers needs the catalogs
+            from .table_target import check
 
             target = check_target(s.table, _catalog(s, default_catalog), s3=s.s3, spark=spark)
+            check(*target, path=request.uri, fmt=self.fmt.name, partition_by=self.columns)
         job = Job.create(request.uri, mode=request.mode, partition_overwrite=request.partition_overwrite,
                          s3=s.s3, writer=s.writer, commit_threads=s.commit_threads,
                          overwrite_bucket_root=s.overwrite_bucket_root)

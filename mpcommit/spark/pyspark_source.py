@@ -31,6 +31,7 @@ from .datasource import (  # noqa: E402
     NAME,
     NO_READER,
     NO_SCHEMA,
+    NO_TABLE_OPTIONS,
     BatchWrite,
     TaskOutcome,
     user_facing,
@@ -66,7 +67,7 @@ class DefaultSource(DataSource):
 
     @user_facing
     def reader(self, schema: Any) -> Any:
-        raise UsageError(NO_READER)
+        raise UsageError(NO_READER if self.options else NO_TABLE_OPTIONS)
 
     @user_facing
     def writer(self, schema: Any, overwrite: bool) -> "BatchWriter":

@@ -42,6 +42,7 @@ from .plan import StartedWrite, TaskHook, arrow_schema_of, plan_write
 from .compat import check_pyspark
 from .request import Settings, WriteRequest
 from .session import Recorder, SessionSettings
+from .table_target import resolve as resolve_target
 from .table_schema import SchemaMismatch
 from .tasks import run_task
 
@@ -109,6 +110,12 @@ def write(
                         commit_threads=commit_threads, writer=writer, overwrite_bucket_root=overwrite_bucket_root,
                         schema_mismatch=SchemaMismatch.parse(schema_mismatch))
     columns = partition_by if partition_by is None or isinstance(partition_by, str) else tuple(partition_by)
+    # A table named: checked against the write before anything is written, its partition columns taken if not given.
+    target = resolve_target(settings, path=uri, fmt=format.strip().lower() if isinstance(format, str) else format,
+                            partition_by=[columns] if isinstance(columns, str) else columns, default_catalog="spark",
+                            spark=df.sparkSession)
+    if target is not None:
+        settings, columns = target.settings, target.partition_by or None
     write_mode = WriteMode.parse(mode)
     overwrite = PartitionOverwrite.parse(partition_overwrite)
     if not columns:

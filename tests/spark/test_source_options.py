@@ -149,7 +149,8 @@ def test_every_option_the_readme_lists_is_one_the_data_source_takes() -> None:
                            else "2")
         options = {"path": "s3://bkt/t", "format": "csv" if name in ("header", "sep") else "parquet", name: value}
         if name in ("table", "catalog", "glue.endpointUrl", "glue.catalogId"):
-            options.update(table="db.t", catalog="glue")
+            # What the options leave out of a named table is the catalog's: all given, nothing is asked of Glue.
+            options.update(table="db.t", catalog="glue", partitionBy="dt")
         if name == "outputTimestampType":
             options["format"] = "parquet"
         read(options)  # refused names raise here
