@@ -72,8 +72,9 @@ def writer(
 
     The keyword arguments are mpcommit's own settings, as in :func:`~mpcommit.spark.writer.write`: ``s3`` (how to
     reach the store; default boto3's usual sources), ``merge`` (a :class:`~mpcommit.compaction.MergePolicy` merging
-    small files before they become visible), ``table`` and ``catalog`` (register the committed partitions in an
-    existing table), ``max_open_writers``, ``commit_threads``, ``writer_settings`` (multipart sizing),
+    small files before they become visible), ``table`` and ``catalog`` (write into an existing table and register
+    the committed partitions in it: the path, format and partition columns the chain leaves out are the table's,
+    ``writer(df, table="db.t").mode("append").save()``), ``max_open_writers``, ``commit_threads``, ``writer_settings`` (multipart sizing),
     ``overwrite_bucket_root`` (allow an overwrite of a whole bucket, ``s3://bucket``) and ``schema_mismatch``
     (``"warn"``, ``"error"`` or ``"ignore"``: an append whose column types differ from the table's files).
     """

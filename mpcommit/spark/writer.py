@@ -38,12 +38,12 @@ from ..protocol.commit import DEFAULT_COMMIT_THREADS, CommitReport
 from ..protocol.commit.committed import HandedOverResults
 from ..protocol.job import Job
 from ..protocol.records.manifest import InlineBudget, TaskResult, inline_parts_per_task
-from .plan import StartedWrite, TaskHook, arrow_schema_of, plan_write
 from .compat import check_pyspark
+from .plan import StartedWrite, TaskHook, arrow_schema_of, plan_write
 from .request import Settings, WriteRequest
 from .session import Recorder, SessionSettings
-from .table_target import resolve as resolve_target
 from .table_schema import SchemaMismatch
+from .table_target import resolve as resolve_target
 from .tasks import run_task
 
 if TYPE_CHECKING:
@@ -96,7 +96,8 @@ def write(
     the merges run as a Spark stage before the commit (see :mod:`mpcommit.compaction.commit_merge`).
     ``table``: "db.name" to register the committed partitions and their statistics in, after the commit, in
     ``catalog`` (default: the DataFrame's session catalog; "glue", or a :class:`~mpcommit.catalog.Catalog`);
-    see docs/CATALOG.md. ``overwrite_bucket_root``: allow an overwrite of a bucket's root (``s3://bucket``),
+    without ``partition_by`` the table's partition columns are written, and a ``uri``, format or partition columns
+    other than the table's are refused before anything is written; see docs/CATALOG.md. ``overwrite_bucket_root``: allow an overwrite of a bucket's root (``s3://bucket``),
     which replaces every object in the bucket; refused without it. ``schema_mismatch``: when appending (or
     overwriting partitions dynamically), one existing file's column types (a Parquet footer, a CSV header) are
     compared with this write's first: ``"warn"`` (a :class:`~mpcommit.spark.table_schema.SchemaMismatchWarning`
