@@ -22,9 +22,9 @@ def register(spark: Any) -> None:
     does not find by itself (mpcommit installed in a way that Python's module listing does not show, e.g. an editable install without
     the checkout's .pth; see :mod:`mpcommit.spark.datasource`). Needs PySpark 4 (the Python Data Source API);
     refused by name on PySpark 3.5."""
-    from .compat import check_data_source
+    from .compat import check_data_source, register_data_source
 
     check_data_source()  # PySpark 3.5 has no Python data source API: said by name, with what works there
     from .pyspark_source import DefaultSource  # pyspark is loaded here, not by ``import mpcommit.spark``
 
-    spark.dataSource.register(DefaultSource)
+    register_data_source(spark, DefaultSource)

@@ -89,6 +89,18 @@ def has_data_source() -> bool:
     return pyspark_version() >= DATA_SOURCE_MIN
 
 
+def register_data_source(spark: Any, source: type) -> None:
+    """Register ``source`` in ``spark`` (classic or Connect). PySpark 4.1 and later replace a data source of the same
+    name; 4.0 refuses (``DATA_SOURCE_ALREADY_EXISTS``) -- where Spark has found mpcommit by itself already, so the
+    source is there and the refusal says nothing that needs doing."""
+    try:
+        spark.dataSource.register(source)
+    except Exception as exc:  # noqa: BLE001 - classic and Connect raise their own AnalysisException
+        condition = getattr(exc, "getCondition", None) or getattr(exc, "getErrorClass", None)
+        if not callable(condition) or condition() != "DATA_SOURCE_ALREADY_EXISTS":
+            raise
+
+
 def stream_writer_base() -> type | None:
     """PySpark's Arrow stream writer (``DataSourceStreamArrowWriter``), the base of the streaming sink; None where
     PySpark has none (4.0 hands a Python stream writer its rows one by one, not as Arrow batches)."""

@@ -67,6 +67,39 @@ def test_the_stream_sink_without_an_arrow_stream_writer_is_refused_saying_what_w
     compat.check_stream_sink()
 
 
+class _Refused(Exception):
+    def __init__(self, condition: str):
+        super().__init__(f"[{condition}] ...")
+        self.condition = condition
+
+    def getCondition(self) -> str:  # noqa: N802 - PySpark's name
+        return self.condition
+
+
+def test_registering_over_the_source_spark_found_itself_is_no_error_and_anything_else_is() -> None:
+    """PySpark 4.0 refuses to register a data source under a name it found by itself (4.1+ replace it)."""
+    calls = []
+
+    class Registry:
+        def __init__(self, condition: str | None):
+            self.condition = condition
+
+        def register(self, source: type) -> None:
+            calls.append(source)
+            if self.condition is not None:
+                raise _Refused(self.condition)
+
+    class Session:
+        def __init__(self, condition: str | None):
+            self.dataSource = Registry(condition)  # noqa: N815 - PySpark's name
+
+    compat.register_data_source(Session(None), int)
+    compat.register_data_source(Session("DATA_SOURCE_ALREADY_EXISTS"), int)
+    with pytest.raises(_Refused, match="DATA_SOURCE_TYPE_MISMATCH"):
+        compat.register_data_source(Session("DATA_SOURCE_TYPE_MISMATCH"), int)
+    assert calls == [int, int, int]
+
+
 @pytest.mark.parametrize("text,expected", [("3.5.9", (3, 5)), ("4.1.0.dev1", (4, 1)), ("4.3.0", (4, 3))])
 def test_pysparks_version_strings_are_read(text: str, expected: tuple[int, int]) -> None:
     assert compat.parse_version(text) == expected
