@@ -144,7 +144,9 @@ _NO_OPTIONS = ("'path' is not specified, and the write arrived with no options a
                "when it writes. Make it a view, whose options Spark does hand over -- CREATE TEMPORARY VIEW t (id "
                "BIGINT, dt STRING) USING mpcommit OPTIONS (path 's3://bucket/table', format 'parquet', partitionBy "
                "'dt') -- or give them on the statement: INSERT INTO t WITH ('path' = 's3://bucket/table', ...) "
-               "SELECT ... Nothing was written.")
+               "SELECT ... For a catalog table, make it one Spark reads natively (CREATE TABLE t (...) USING parquet "
+               "PARTITIONED BY (dt) LOCATION 's3a://bucket/table') and write into it with option table 'db.t' and "
+               "catalog 'glue', or mpcommit.spark.writer(df, table='db.t'). Nothing was written.")
 
 
 def _take(own: dict[str, tuple[str, str]], name: str) -> str | None:
