@@ -29,8 +29,23 @@ from tests.support.servers import free_port
 from tests.support.spark_s3a import JVM_CONF
 
 CONNECT_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
-#: The client's Python packages (PySpark's ``connect`` extra), by import name.
-CLIENT_MODULES = ("grpc", "grpc_status", "google.rpc", "zstandard")
+#: The client's Python packages (PySpark's ``connect`` extra), by distribution -> import name.
+CLIENT_MODULES = {"grpcio": "grpc", "grpcio-status": "grpc_status", "googleapis-common-protos": "google.rpc",
+                  "zstandard": "zstandard"}
+
+
+def client_modules() -> list[str]:
+    """The client modules the installed PySpark's ``connect`` extra asks for (zstandard only from 4.1 on)."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    try:
+        wanted = {Requirement(r).name.lower() for r in metadata.requires("pyspark") or []
+                  if Requirement(r).marker is not None and Requirement(r).marker.evaluate({"extra": "connect"})}
+    except metadata.PackageNotFoundError:  # a PySpark from SPARK_HOME, no metadata: ask for them all
+        wanted = set(CLIENT_MODULES)
+    return [module for dist, module in CLIENT_MODULES.items() if dist in wanted]
 
 
 def client_problem() -> str | None:
@@ -38,7 +53,7 @@ def client_problem() -> str | None:
     import importlib.util
 
     missing = []
-    for name in CLIENT_MODULES:
+    for name in client_modules():
         try:
             found = importlib.util.find_spec(name) is not None
         except ModuleNotFoundError:
