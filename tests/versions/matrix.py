@@ -52,6 +52,8 @@ TIERS = ("tests/spark", "tests/connect", "tests/catalog/test_spark_write.py", "t
 class Combination:
     python: str   # major.minor
     pyspark: str  # an exact release
+    #: What a user installs beside it, as the README says (PySpark 3.5: a pyarrow that runs on NumPy 1).
+    extra: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -64,10 +66,12 @@ class Combination:
 
 #: What the README promises, each PySpark minor's latest patch on PyPI at the time of the run; ``make test`` is
 #: Python 3.11 with PySpark 4.3.0 (.venv). PySpark 3.5 supports Python 3.8-3.11 (its pandas conversion imports
-#: distutils, gone in 3.12); 4.x runs on 3.13.
+#: distutils, gone in 3.12); 4.x runs on 3.13. PySpark 3.5's extras pin NumPy below 2, and pyarrow 26 (which pip
+#: picks where it has a wheel: Python 3.11 and later) needs NumPy 2 without declaring it.
+ON_NUMPY_1 = ("pyarrow<26",)
 COMBINATIONS = (
-    Combination("3.10", "3.5.9"),
-    Combination("3.11", "3.5.9"),
+    Combination("3.10", "3.5.9", ON_NUMPY_1),
+    Combination("3.11", "3.5.9", ON_NUMPY_1),
     Combination("3.10", "4.0.5"),
     Combination("3.12", "4.1.4"),
     Combination("3.12", "4.2.1"),
@@ -96,15 +100,15 @@ def install(combination: Combination) -> Path:
     """The combination's venv, made or brought up to date; returns its interpreter."""
     python = combination.venv / "bin" / "python"
     stamp = combination.venv / ".installed"
-    wanted = f"{(REPO / 'pyproject.toml').stat().st_mtime_ns} {combination.pyspark}"
+    wanted = f"{(REPO / 'pyproject.toml').stat().st_mtime_ns} {combination.pyspark} {' '.join(combination.extra)}"
     if stamp.exists() and stamp.read_text() == wanted and python.exists():
         return python
     if not python.exists():
         subprocess.run([find_python(combination.python), "-m", "venv", str(combination.venv)], check=True)
     pip = [str(python), "-m", "pip", "install", "--quiet"]
     subprocess.run(["nice", "-n", "10", *pip, "--upgrade", "pip"], check=True)
-    subprocess.run(["nice", "-n", "10", *pip, "-e", f"{REPO}[test]", f"pyspark[connect]=={combination.pyspark}"],
-                   check=True, cwd=REPO)
+    subprocess.run(["nice", "-n", "10", *pip, "-e", f"{REPO}[test]", f"pyspark[connect]=={combination.pyspark}",
+                    *combination.extra], check=True, cwd=REPO)
     # As `make install`: PySpark finds pyspark_mpcommit by listing sys.path, which an editable install hides.
     subprocess.run([str(python), "-c", "import sysconfig; open(sysconfig.get_path('purelib') + "
                     f"'/mpcommit-checkout.pth', 'w').write({str(REPO)!r} + '\\n')"], check=True)
