@@ -1,6 +1,7 @@
 """A write that names a catalog table (``table=``, the data source's option ``table``): its destination, format and
-partition columns from the table where the write leaves them out, and checked against it where it gives them --
-before anything is written, in every door (:func:`resolve`).
+partition columns from the table where the write leaves them out (:func:`resolve`, in the doors that may leave them
+out), and checked against it where it gives them (:func:`check`, where every door's write starts) -- before anything
+is written.
 
 This is the catalog route to a table Spark reads natively (``CREATE TABLE db.t (...) USING parquet PARTITIONED BY
 (dt) LOCATION 's3a://...'``): ``writer(df, table="db.t").mode("append").save()`` takes everything from the session
