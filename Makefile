@@ -10,7 +10,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-quick test-seaweedfs install localstack-install s3a-install versitygw-install \
+.PHONY: demo test test-quick test-matrix test-seaweedfs install localstack-install s3a-install versitygw-install \
 	seaweedfs-install stores-doc bench soak races clean
 
 demo: $(STAMP)
@@ -22,6 +22,14 @@ demo: $(STAMP)
 TEST_WORKERS ?= 2
 test: $(STAMP) localstack-install s3a-install versitygw-install
 	$(PY) -m pytest -n $(TEST_WORKERS) --durations=25 $(PYTEST_ARGS)
+
+# The support matrix (README, "Supported versions"): the Spark tiers on each combination of PySpark and Python in a
+# venv of its own under .venv-matrix/ (tests/versions/matrix.py), one after another, niced, on moto; each run
+# recorded in tests/versions/results.jsonl and written into the README's table. MATRIX_ARGS="--only 3.10/3.5.9" runs
+# one combination.
+MATRIX_ARGS ?=
+test-matrix: $(STAMP)
+	$(PY) -m tests.versions.matrix $(MATRIX_ARGS)
 
 # The tiers that run on the Go servers (README, "Tests"), on SeaweedFS: its first build takes ~10-25 minutes of
 # CPU, so `make test` leaves it out.

@@ -4,16 +4,25 @@ Tasks stream files to their final keys as multipart uploads left uncompleted and
 manifests; the driver alone completes the winners, aborts the rest and cleans up.
 """
 
-from .errors import MpcommitError
-from .modes import CommitOutcome, JobState, PartitionOverwrite, WriteMode
-from .options import RetryPolicy, S3Options, WriterSettings
-from .protocol.commit import AbortReport, CommitReport
-from .protocol.job import Job
-from .protocol.records.manifest import TaskResult
-from .protocol.records.order import Txn
-from .protocol.inventory import list_jobs
-from .protocol.recovery import recover
-from .protocol.task import JobSpec, TaskAttempt
+import sys
+
+# Said first, in code every Python 3 parses: on an older Python the package's own modules fail further in with
+# errors that name something else (a syntax error, a type annotation). pip refuses such an install already
+# (requires-python); this is for a checkout on the path or an install that forced it.
+if sys.version_info < (3, 10):
+    raise ImportError(f"Python {sys.version_info[0]}.{sys.version_info[1]} is not supported: mpcommit needs Python "
+                      "3.10 or later (the interpreter is " + sys.executable + ")")
+
+from .errors import MpcommitError  # noqa: E402
+from .modes import CommitOutcome, JobState, PartitionOverwrite, WriteMode  # noqa: E402
+from .options import RetryPolicy, S3Options, WriterSettings  # noqa: E402
+from .protocol.commit import AbortReport, CommitReport  # noqa: E402
+from .protocol.job import Job  # noqa: E402
+from .protocol.records.manifest import TaskResult  # noqa: E402
+from .protocol.records.order import Txn  # noqa: E402
+from .protocol.inventory import list_jobs  # noqa: E402
+from .protocol.recovery import recover  # noqa: E402
+from .protocol.task import JobSpec, TaskAttempt  # noqa: E402
 
 __version__ = "0.1.0"
 

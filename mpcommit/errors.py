@@ -24,6 +24,11 @@ class InvalidUriError(UsageError):
     """A destination that is not an s3://, s3a:// or s3n:// URI with a bucket."""
 
 
+class UnsupportedVersionError(UsageError):
+    """A PySpark (or Python) that mpcommit does not run on, or a door its PySpark lacks (the data source before
+    PySpark 4): named with its version and what works instead, before anything is written."""
+
+
 class ExecutorEnvironmentError(MpcommitError):
     """Spark's executors could not run mpcommit's tasks: their Python lacks mpcommit or one of its dependencies."""
 

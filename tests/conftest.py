@@ -48,6 +48,7 @@ from tests.support.backends import (
 )
 from tests.support.servers import GO_SERVERS, ServerHandle, go_server_problem, start_go_server, start_localstack, start_moto
 from tests.support.spark_s3a import spark_session
+from tests.support.spark_tables import door_missing
 
 
 # -- hooks -----------------------------------------------------------------------------------------------------
@@ -82,6 +83,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for server in ("localstack", *GO_SERVERS):
             if {f"{server}_backend", f"{server}_server"} & names:
                 item.add_marker(getattr(pytest.mark, server))
+    # The doors a PySpark lacks skip, saying why (the support matrix's 3.5 rows: no data source; 4.0: no stream sink).
+    for marker in ("pyspark4", "stream_sink"):
+        missing = door_missing(marker)
+        if missing is not None:
+            for item in items:
+                if item.get_closest_marker(marker) is not None:
+                    item.add_marker(pytest.mark.skip(reason=missing))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

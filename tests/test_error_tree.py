@@ -10,7 +10,7 @@ import pytest
 
 import mpcommit
 from mpcommit.catalog import CatalogError, TransientCatalogError
-from mpcommit.errors import MpcommitError, TransientStoreError, UsageError
+from mpcommit.errors import MpcommitError, TransientStoreError, UnsupportedVersionError, UsageError
 from mpcommit.options import RetryPolicy, S3Options, WriterSettings
 from mpcommit.protocol.faults import InjectedFault
 
@@ -20,7 +20,11 @@ def test_every_error_class_of_the_package_is_in_the_tree() -> None:
     for module in pkgutil.walk_packages(mpcommit.__path__, "mpcommit."):
         if module.name.endswith("__main__"):
             continue
-        for name, value in vars(importlib.import_module(module.name)).items():
+        try:
+            loaded = importlib.import_module(module.name)
+        except UnsupportedVersionError:  # the data source's PySpark classes refuse to load on PySpark 3.5, by design
+            continue
+        for name, value in vars(loaded).items():
             # Warnings are Exceptions too, but issued, never raised: not part of the error tree.
             if (inspect.isclass(value) and issubclass(value, Exception) and not issubclass(value, Warning)
                     and value.__module__.startswith("mpcommit.")):

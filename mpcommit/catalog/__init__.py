@@ -20,6 +20,7 @@ from .base import (
     PartitionStats,
     Registration,
     RegistrationMode,
+    TableLayout,
     TableLocationMismatchError,
     TableName,
     TableNotFoundError,
@@ -33,6 +34,6 @@ from .sync import commit_registered, register_commit, resolve_catalog, sync
 __all__ = [
     "Catalog", "CatalogAccessDeniedError", "CatalogError", "CatalogRegistrationError", "CatalogRequestError",
     "CatalogResult", "GlueCatalog", "PartitionColumnsMismatchError", "PartitionStats", "Registration",
-    "RegistrationMode", "SparkSqlCatalog", "TableLocationMismatchError", "TableName", "TableNotFoundError",
+    "RegistrationMode", "SparkSqlCatalog", "TableLayout", "TableLocationMismatchError", "TableName", "TableNotFoundError",
     "TransientCatalogError", "UnsupportedTableError", "commit_registered", "register_commit", "resolve_catalog", "sync",
 ]

@@ -200,6 +200,19 @@ class CatalogResult:
         }
 
 
+@dataclass(frozen=True)
+class TableLayout:
+    """Where and how a catalog's table keeps its files, as far as a write into it needs to know: its location, its
+    file format as mpcommit names it (None when it is not one mpcommit writes, or the catalog does not tell;
+    ``provider`` says what the catalog said), and its partition columns in order."""
+
+    table: TableName
+    location: str | None
+    format: str | None
+    provider: str
+    partition_columns: tuple[str, ...]
+
+
 # ---------------------------------------------------------------- the protocol
 @runtime_checkable
 class Catalog(Protocol):
@@ -214,6 +227,10 @@ class Catalog(Protocol):
     name: str
 
     def register(self, table: TableName, registration: Registration) -> CatalogResult: ...
+
+    # A catalog may also say where a table is (``layout(table) -> TableLayout``): a Spark write that names the table
+    # and leaves out its path, format or partition columns takes them from there, and one that gives them is checked
+    # against it before anything is written. GlueCatalog and SparkSqlCatalog do.
 
 
 def describe(partition: str) -> str:

@@ -26,6 +26,7 @@ from .base import (
     CatalogResult,
     Registration,
     RegistrationMode,
+    TableLayout,
     TableName,
     TableNotFoundError,
     TransientCatalogError,
@@ -36,6 +37,7 @@ from .plan import (
     ExistingPartition,
     PartitionChange,
     check_partition_columns,
+    format_of,
     group_by_action,
     plan_partitions,
     table_parameters,
@@ -222,6 +224,23 @@ class GlueCatalog:
         raise AssertionError("unreachable")
 
     # ------------------------------------------------------------ Glue operations
+    def layout(self, table: "TableName | str") -> TableLayout:
+        """Where ``table`` keeps its files and how (see :class:`~mpcommit.catalog.base.TableLayout`): its location
+        (a table Spark made keeps it in its SerDe's ``path`` parameter), its format -- Spark's provider, else a
+        crawler's classification, else the SerDe -- and its partition keys."""
+        table = TableName.parse(table)
+        info = self._get_table(table)
+        _check_supported(table, info)
+        sd = info.get("StorageDescriptor") or {}
+        serde = sd.get("SerdeInfo") or {}
+        params = {str(k).lower(): str(v) for k, v in (info.get("Parameters") or {}).items()}
+        provider, classification = params.get("spark.sql.sources.provider"), params.get("classification")
+        library = serde.get("SerializationLibrary")
+        location = (serde.get("Parameters") or {}).get("path") or sd.get("Location") or None
+        return TableLayout(table, location, format_of(provider, classification, library),
+                           provider or classification or library or str(sd.get("InputFormat") or ""),
+                           tuple(str(k["Name"]) for k in info.get("PartitionKeys") or []))
+
     def _get_table(self, table: TableName) -> dict[str, Any]:
         try:
             response = self._call("get_table", str(table), DatabaseName=table.database, Name=table.name)

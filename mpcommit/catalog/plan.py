@@ -20,10 +20,12 @@ from enum import Enum
 
 from ..protocol.layout import DEFAULT_PARTITION, parse_partition_path, partition_path
 from ..protocol.records.success import PartitionStats
+from ..errors import UsageError
 from .base import (
     PartitionColumnsMismatchError,
     Registration,
     RegistrationMode,
+    TableLayout,
     TableLocationMismatchError,
     TableName,
 )
@@ -88,6 +90,65 @@ def partition_location(root: str, path: str, *, trailing_slash: bool) -> str:
 
 def is_under(location: str, root: str) -> bool:
     return normalize_location(location).startswith(normalize_location(root) + "/")
+
+
+# ---------------------------------------------------------------- a write into a table: its layout
+#: A table's format as catalogs name it -> the format mpcommit writes: Spark's providers (a Glue table that Spark
+#: created keeps its provider in ``spark.sql.sources.provider``), crawlers' ``classification``, Hive's SerDes.
+_FORMAT_NAMES = {
+    "parquet": "parquet", "org.apache.spark.sql.parquet": "parquet",
+    "org.apache.hadoop.hive.ql.io.parquet.serde.parquethiveserde": "parquet",
+    "csv": "csv", "com.databricks.spark.csv": "csv", "org.apache.hadoop.hive.serde2.opencsvserde": "csv",
+    "json": "json", "org.apache.hive.hcatalog.data.jsonserde": "json", "org.openx.data.jsonserde.jsonserde": "json",
+    "text": "text",
+}
+
+
+def format_of(*names: str | None) -> str | None:
+    """The format mpcommit writes that a catalog's names for a table's format mean (a provider, a classification,
+    a SerDe, in that order of trust), None when none of them is one."""
+    for name in names:
+        if name and name.strip().lower() in _FORMAT_NAMES:
+            return _FORMAT_NAMES[name.strip().lower()]
+    return None
+
+
+def write_layout(layout: TableLayout, *, path: str | None, fmt: str | None,
+                 partition_by: Sequence[str] | None) -> tuple[str, str, tuple[str, ...]]:
+    """The destination, format and partition columns of a write into ``layout``'s table: each taken from the
+    table where the write leaves it out, and refused by name -- before anything is written -- where the write says
+    something else than the table (the commit would land where the table does not look, or register partitions
+    the table cannot have)."""
+    table = layout.table
+    if path is None:
+        if not layout.location:
+            raise UsageError(f"table {table} has no location in the catalog, so the write cannot take its path from "
+                             f"it: give the path, or set the table's (ALTER TABLE {table} SET LOCATION 's3://...')")
+        path = layout.location
+    elif layout.location and normalize_location(path) != normalize_location(layout.location):
+        raise TableLocationMismatchError(
+            f"the write goes to {path}, but table {table} is located at {layout.location}: its partitions would "
+            f"point at other data. Leave the path out to write to the table's location, or move the table "
+            f"(ALTER TABLE {table} SET LOCATION ...). Nothing was written.")
+    if fmt is None:
+        if layout.format is None:
+            raise UsageError(f"table {table} is stored as {layout.provider or 'a format the catalog does not name'}, "
+                             "which mpcommit does not write (parquet, csv, json, text) or cannot tell from it: give "
+                             "the format (.format('parquet') / option format). Nothing was written.")
+        fmt = layout.format
+    elif layout.format is not None and fmt != layout.format:
+        raise UsageError(f"the write is {fmt}, but table {table} is stored as {layout.format}: its readers would not "
+                         f"read these files. Write {layout.format} (or leave the format out). Nothing was written.")
+    columns = tuple(partition_by or ())
+    if not partition_by:
+        columns = layout.partition_columns
+    elif [c.lower() for c in columns] != [c.lower() for c in layout.partition_columns]:
+        wanted = ", ".join(layout.partition_columns) or "nothing"
+        raise PartitionColumnsMismatchError(
+            f"the write is partitioned by ({', '.join(columns)}), but table {table} by ({wanted}): partition by "
+            "exactly the table's columns, in order (or leave them out to take them from the table). Nothing was "
+            "written.")
+    return path, fmt, columns
 
 
 # ---------------------------------------------------------------- partition columns

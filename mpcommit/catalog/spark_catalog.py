@@ -32,6 +32,7 @@ from .base import (
     CatalogResult,
     Registration,
     RegistrationMode,
+    TableLayout,
     TableName,
     TableNotFoundError,
     UnsupportedTableError,
@@ -47,6 +48,7 @@ from .plan import (
     ExistingPartition,
     PartitionChange,
     check_partition_columns,
+    format_of,
     group_by_action,
     plan_partitions,
     table_parameters,
@@ -107,6 +109,29 @@ def is_connect_session(spark: Any) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect.")
 
 
+# ---------------------------------------------------------------- Scala's collections, over py4j
+def _converters(jvm: Any) -> Any:
+    """Scala 2.13's ``scala.jdk.javaapi.CollectionConverters`` (Spark 4), or None on Scala 2.12 (Spark 3.5), which
+    has only ``scala.collection.JavaConverters``. (py4j names a class the JVM does not have a ``JavaPackage``.)"""
+    converters = jvm.scala.jdk.javaapi.CollectionConverters
+    return converters if type(converters).__name__ == "JavaClass" else None
+
+
+def scala_dict(jvm: Any, scala_map: Any) -> dict[str, str]:
+    """A Scala ``Map`` of the JVM as a dict of strings."""
+    converters = _converters(jvm)
+    java = converters.asJava(scala_map) if converters is not None else \
+        jvm.scala.collection.JavaConverters.mapAsJavaMap(scala_map)
+    return {str(k): str(v) for k, v in dict(java).items()}
+
+
+def scala_list(jvm: Any, scala_seq: Any) -> list[Any]:
+    """A Scala ``Seq`` of the JVM as a list."""
+    converters = _converters(jvm)
+    return list(converters.asJava(scala_seq) if converters is not None else
+                jvm.scala.collection.JavaConverters.seqAsJavaList(scala_seq))
+
+
 # ---------------------------------------------------------------- the catalog
 class SparkSqlCatalog:
     """Registers commits in ``spark``'s session catalog (``spark_catalog``).
@@ -146,14 +171,28 @@ class SparkSqlCatalog:
         return self._jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(dict(values))
 
     def _dict(self, scala_map: Any) -> dict[str, str]:
-        return {str(k): str(v) for k, v in dict(self._jvm.scala.jdk.javaapi.CollectionConverters.asJava(scala_map)).items()}
+        return scala_dict(self._jvm, scala_map)
 
     def _list(self, scala_seq: Any) -> list[Any]:
-        return list(self._jvm.scala.jdk.javaapi.CollectionConverters.asJava(scala_seq))
+        return scala_list(self._jvm, scala_seq)
 
     def _location(self, uri: Any) -> str:
         # CatalogUtils.URIToString gives the path as written (``dt=a%3Ab``), not URI-encoded (``%253A``).
         return str(self._jvm.org.apache.spark.sql.catalyst.catalog.CatalogUtils.URIToString(uri))
+
+    # ------------------------------------------------------------ a write's target
+    def layout(self, table: "TableName | str") -> TableLayout:
+        """Where ``table`` keeps its files and how (see :class:`~mpcommit.catalog.base.TableLayout`): its location,
+        its format (Spark's provider, or for a Hive table its SerDe) and its partition columns."""
+        table = TableName.parse(table)
+        info = self._get_table(self._external(), table)
+        location_uri = info.storage().locationUri()
+        location = self._location(location_uri.get()) if location_uri.isDefined() else None
+        provider = str(info.provider().get()) if info.provider().isDefined() else ""
+        serde = info.storage().serde()
+        library = str(serde.get()) if serde.isDefined() else None
+        return TableLayout(table, location, format_of(provider, library), provider or library or "",
+                           tuple(str(c) for c in self._list(info.partitionColumnNames())))
 
     # ------------------------------------------------------------ registration
     def register(self, table: TableName, registration: Registration) -> CatalogResult:

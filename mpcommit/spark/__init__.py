@@ -10,9 +10,19 @@ loads neither pyspark nor the catalogs nor the compaction package: a write impor
 
 from typing import Any
 
-from .fluent import DataFrameWriter, writer
-from .table_schema import SchemaMismatchError, SchemaMismatchWarning
-from .writer import write
+try:
+    import pyarrow  # noqa: F401 - what the binding stands on, on the driver and in every task
+except ImportError as exc:
+    # pyarrow 26 needs NumPy 2 and says only that; the NumPy 1 beside it is most often PySpark 3.5's (its sql and
+    # connect extras pin numpy<2), and pip cannot tell, since pyarrow does not declare NumPy.
+    if "NumPy" not in str(exc):
+        raise
+    raise ImportError(f"{exc}. PySpark 3.5's extras pin NumPy below 2: beside PySpark 3.5 install a pyarrow that runs "
+                      "on NumPy 1 (pip install 'pyarrow<26'); with PySpark 4, NumPy 2 (pip install 'numpy>=2')") from exc
+
+from .fluent import DataFrameWriter, writer  # noqa: E402
+from .table_schema import SchemaMismatchError, SchemaMismatchWarning  # noqa: E402
+from .writer import write  # noqa: E402
 
 __all__ = ["DataFrameWriter", "SchemaMismatchError", "SchemaMismatchWarning", "register", "write", "writer"]
 
@@ -20,7 +30,11 @@ __all__ = ["DataFrameWriter", "SchemaMismatchError", "SchemaMismatchWarning", "r
 def register(spark: Any) -> None:
     """Register the ``mpcommit`` data source in ``spark`` (classic or Spark Connect), for an installation Spark
     does not find by itself (mpcommit installed in a way that Python's module listing does not show, e.g. an editable install without
-    the checkout's .pth; see :mod:`mpcommit.spark.datasource`)."""
+    the checkout's .pth; see :mod:`mpcommit.spark.datasource`). Needs PySpark 4 (the Python Data Source API);
+    refused by name on PySpark 3.5."""
+    from .compat import check_data_source, register_data_source
+
+    check_data_source()  # PySpark 3.5 has no Python data source API: said by name, with what works there
     from .pyspark_source import DefaultSource  # pyspark is loaded here, not by ``import mpcommit.spark``
 
-    spark.dataSource.register(DefaultSource)
+    register_data_source(spark, DefaultSource)

@@ -26,14 +26,16 @@ mode -- and ``.mode("ignore")``, for which write ``.mode("append").option("saveM
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Iterator, Sequence
+import os
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import pyarrow as pa
 
-from ..errors import UsageError
+from ..errors import MpcommitError, UsageError
 from ..protocol.records.manifest import InlineBudget, TaskResult
 from .plan import WriteHandle, arrow_schema_of, plan_write
 from .session import Recorder, SessionSettings
@@ -51,6 +53,43 @@ NO_SCHEMA = ("mpcommit only writes, so it cannot tell a table's columns: declare
              "format, e.g. spark.read.parquet('s3a://bucket/table').")
 NO_READER = ("mpcommit only writes: read the table with Spark's reader for its format, e.g. "
              "spark.read.parquet('s3a://bucket/table') (mpcommit's tables are plain Hive-style folders)")
+#: Why a query of a catalog table USING mpcommit finds nothing to read: Spark keeps no options for a Python data
+#: source's table (PySpark 4.3), and a saveAsTable through the source cannot be told from a save() (the same options).
+NO_TABLE_OPTIONS = ("this table has no options: Spark keeps neither a location nor options for a table whose "
+                    "provider is a Python data source, as df.write.format('mpcommit')...saveAsTable(...) and CREATE "
+                    "TABLE ... USING mpcommit make it, so nothing can be read through it. saveAsTable wrote its data "
+                    "where its path said. Drop this table and make one Spark reads natively: CREATE TABLE t (...) "
+                    "USING parquet PARTITIONED BY (...) LOCATION 's3a://bucket/table'; then write into it with "
+                    ".option('table', 'db.t') (catalog glue) or mpcommit.spark.writer(df, table='db.t').")
+
+
+#: PySpark's worker switch (``spark.sql.execution.pyspark.udf.hideTraceback.enabled`` sets it for all workers):
+#: report a failure as the exception's own line, without the traceback.
+HIDE_TRACEBACK = "SPARK_HIDE_TRACEBACK"
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def user_facing(method: F) -> F:
+    """mpcommit's own refusals first in what the user reads.
+
+    Spark reports a Python data source's failure as the text PySpark's worker formats -- the whole traceback --
+    after its own words (``[PYTHON_DATA_SOURCE_ERROR] Failed to initialize Python data source writer:``, or a
+    task's ``PythonException``), so the line that says what is wrong and what to do came about ten lines down. For
+    an :class:`~mpcommit.errors.MpcommitError` -- a refusal or a failure that names itself -- this sets the
+    worker's own switch in the worker's process, so that it reports the exception's line alone: that process
+    reads it when it reports this error and then exits (pyspark.sql.worker.utils.worker_run, worker.py), so nothing
+    else is changed. Any other exception is a bug and keeps its traceback."""
+
+    @functools.wraps(method)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except MpcommitError:
+            os.environ[HIDE_TRACEBACK] = "1"
+            raise
+
+    return wrapped  # type: ignore[return-value]
 
 
 class Message(Protocol):

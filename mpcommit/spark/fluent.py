@@ -43,6 +43,7 @@ from .request import (
 )
 from .session import Recorder, SessionSettings
 from .table_schema import SchemaMismatch
+from .table_target import resolve as resolve_target
 from .writer import _check_dataframe, write_request
 
 if TYPE_CHECKING:
@@ -71,8 +72,9 @@ def writer(
 
     The keyword arguments are mpcommit's own settings, as in :func:`~mpcommit.spark.writer.write`: ``s3`` (how to
     reach the store; default boto3's usual sources), ``merge`` (a :class:`~mpcommit.compaction.MergePolicy` merging
-    small files before they become visible), ``table`` and ``catalog`` (register the committed partitions in an
-    existing table), ``max_open_writers``, ``commit_threads``, ``writer_settings`` (multipart sizing),
+    small files before they become visible), ``table`` and ``catalog`` (write into an existing table and register
+    the committed partitions in it: the path, format and partition columns the chain leaves out are the table's,
+    ``writer(df, table="db.t").mode("append").save()``), ``max_open_writers``, ``commit_threads``, ``writer_settings`` (multipart sizing),
     ``overwrite_bucket_root`` (allow an overwrite of a whole bucket, ``s3://bucket``) and ``schema_mismatch``
     (``"warn"``, ``"error"`` or ``"ignore"``: an append whose column types differ from the table's files).
     """
@@ -220,22 +222,34 @@ class DataFrameWriter:
 
     def insertInto(self, tableName: str, overwrite: bool | None = None) -> NoReturn:  # noqa: N802,N803
         raise UsageError(
-            f"insertInto({tableName!r}): mpcommit writes to a path, not into a table through Spark's catalog. "
-            "Write to the table's location with its format and partition columns, and register the new partitions: "
-            f"writer(df, table={tableName!r}).mode('append').format(...).partitionBy(...).save('s3://<location>')."
+            f"insertInto({tableName!r}): mpcommit writes by column name, not by position into a table through Spark's "
+            "catalog. Write to the table -- its location, format and partition columns taken from the catalog, the "
+            f"new partitions registered -- with writer(df, table={tableName!r}).mode('append').save() (the "
+            "DataFrame's columns named as the table's)."
         )
 
     def saveAsTable(self, name: str, *args: Any, **kwargs: Any) -> NoReturn:  # noqa: N802
         raise UsageError(
             f"saveAsTable({name!r}): mpcommit does not create tables in Spark's catalog; it registers the partitions "
             "it commits in an existing table. Create the table once (CREATE TABLE ... USING parquet PARTITIONED BY "
-            f"(...) LOCATION 's3a://...'), then writer(df, table={name!r}).partitionBy(...).parquet('s3://...')."
+            f"(...) LOCATION 's3a://...'), then writer(df, table={name!r}).mode('append').save(): its location, format "
+            "and partition columns come from the catalog."
         )
 
     # ------------------------------------------------------------ translation into the one write
     def _run(self, path: str | None, source: str | None = None) -> CommitReport:
-        check_all_partition_columns(list(self._df.columns), self._partition_by)
+        partition_by, source, settings = self._partition_by, source or self._source, self._settings
+        if settings.table is not None:
+            # writer(df, table="db.t")...save(): what the chain leaves out is the table's, what it says is checked.
+            option = self._options.get("path")
+            given = path if path is not None else (option[1] if option is not None else None)
+            target = resolve_target(settings, path=given if isinstance(given, str) else None, fmt=source,
+                                    partition_by=partition_by, default_catalog="spark", spark=self._df.sparkSession)
+            if target is not None:
+                settings, source, partition_by = target.settings, target.format, list(target.partition_by)
+                path = target.path if given is None else path
+        check_all_partition_columns(list(self._df.columns), partition_by)
         session = Recorder(SessionSettings.of_session(self._df.sparkSession))
-        request = translate(self._options, path=path, mode=self._mode, partition_by=self._partition_by,
-                            source=source or self._source, session=session, settings=self._settings)
+        request = translate(self._options, path=path, mode=self._mode, partition_by=partition_by,
+                            source=source, session=session, settings=settings)
         return write_request(self._df, request)

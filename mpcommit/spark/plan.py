@@ -120,8 +120,10 @@ class PlannedWrite:
         target = None
         if s.table is not None:  # before the job: a bad name or catalog must not cost a written-then-aborted job
             from ..catalog.sync import check_target  # only a write that registers needs the catalogs
+            from .table_target import check
 
             target = check_target(s.table, _catalog(s, default_catalog), s3=s.s3, spark=spark)
+            check(*target, path=request.uri, fmt=self.fmt.name, partition_by=self.columns)
         job = Job.create(request.uri, mode=request.mode, partition_overwrite=request.partition_overwrite,
                          s3=s.s3, writer=s.writer, commit_threads=s.commit_threads,
                          overwrite_bucket_root=s.overwrite_bucket_root)
@@ -296,13 +298,15 @@ def _has_timestamp(schema: pa.Schema) -> bool:
 
 
 def arrow_schema_of(spark_schema: Any, settings: SessionSettings) -> pa.Schema:
-    """The Arrow schema Spark hands the tasks for a Spark ``StructType``, to check types before anything runs."""
-    from pyspark.sql.pandas.types import to_arrow_schema
+    """The Arrow schema Spark hands the tasks for a Spark ``StructType``, to check types before anything runs.
+    Only a type the conversion refuses is blamed on the data (the conversion's own signature is :mod:`.compat`'s)."""
+    from pyspark.errors import PySparkException
+
+    from .compat import to_arrow_schema
 
     try:
-        return to_arrow_schema(spark_schema, timezone=settings.time_zone or "UTC",
-                               prefers_large_types=settings.large_var_types)
-    except Exception as exc:  # noqa: BLE001 - pyspark raises its own error types; say what to do instead
+        return to_arrow_schema(spark_schema, time_zone=settings.time_zone, large_var_types=settings.large_var_types)
+    except PySparkException as exc:  # PySpark's refusal of a type; anything else is no fault of the data's
         raise UsageError(
             f"the data has a column type Spark cannot hand to Python as Arrow ({exc}); cast it first. "
             "Nothing was written."

@@ -13,16 +13,30 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import (
+
+from .compat import check_data_source, check_stream_sink, stream_writer_base
+
+# PySpark 3.5 has no pyspark.sql.datasource: refused by name here rather than as a module that is not there.
+check_data_source()
+
+from pyspark.sql.datasource import (  # noqa: E402
     DataSource,
     DataSourceArrowWriter,
-    DataSourceStreamArrowWriter,
+    DataSourceStreamWriter,
     WriterCommitMessage,
 )
 
-from ..errors import UsageError
-from .datasource import NAME, NO_READER, NO_SCHEMA, BatchWrite, TaskOutcome
-from .streaming import StreamSink
+from ..errors import UsageError  # noqa: E402
+from .datasource import (  # noqa: E402
+    NAME,
+    NO_READER,
+    NO_SCHEMA,
+    NO_TABLE_OPTIONS,
+    BatchWrite,
+    TaskOutcome,
+    user_facing,
+)
+from .streaming import StreamSink  # noqa: E402
 
 __all__ = ["BatchWriter", "DefaultSource", "StreamWriter", "TaskMessage"]
 
@@ -47,16 +61,21 @@ class DefaultSource(DataSource):
     def name(cls) -> str:
         return NAME
 
+    @user_facing
     def schema(self) -> Any:
         raise UsageError(NO_SCHEMA)
 
+    @user_facing
     def reader(self, schema: Any) -> Any:
-        raise UsageError(NO_READER)
+        raise UsageError(NO_READER if self.options else NO_TABLE_OPTIONS)
 
+    @user_facing
     def writer(self, schema: Any, overwrite: bool) -> "BatchWriter":
         return BatchWriter(dict(self.options), schema, overwrite)
 
+    @user_facing
     def streamWriter(self, schema: Any, overwrite: bool) -> "StreamWriter":  # noqa: N802 - PySpark's name
+        check_stream_sink()  # PySpark 4.0's stream writers get rows: refused by name there
         return StreamWriter(dict(self.options), schema, overwrite)
 
 
@@ -66,27 +85,38 @@ class BatchWriter(DataSourceArrowWriter):
     def __init__(self, options: dict[str, str], schema: Any, overwrite: bool):
         self.impl = BatchWrite(options, schema, overwrite)
 
+    @user_facing
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskMessage:
         return TaskMessage.of(self.impl.write_task(iterator))
 
+    @user_facing
     def commit(self, messages: Sequence[TaskMessage | None]) -> None:
         self.impl.commit(messages)
 
+    @user_facing
     def abort(self, messages: Sequence[TaskMessage | None]) -> None:
         self.impl.abort(messages)
 
 
-class StreamWriter(DataSourceStreamArrowWriter):
+# PySpark 4.0 has no Arrow stream writer: there DefaultSource.streamWriter refuses the sink by name, and this class,
+# never made, stands on the row writer's base so that the batch data source still loads.
+_StreamBase: Any = stream_writer_base() or DataSourceStreamWriter
+
+
+class StreamWriter(_StreamBase):  # type: ignore[misc,valid-type]
     """A streaming sink (:class:`mpcommit.spark.streaming.StreamSink`): each micro-batch one job, exactly once."""
 
     def __init__(self, options: dict[str, str], schema: Any, overwrite: bool):
         self.sink = StreamSink(options, schema, overwrite)
 
+    @user_facing
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskMessage:
         return TaskMessage.of(self.sink.write_task(iterator))
 
+    @user_facing
     def commit(self, messages: Sequence[TaskMessage | None], batchId: int) -> None:  # noqa: N803 - PySpark's name
         self.sink.commit(messages, batchId)
 
+    @user_facing
     def abort(self, messages: Sequence[TaskMessage | None], batchId: int) -> None:  # noqa: N803
         self.sink.abort(messages, batchId)

@@ -18,8 +18,9 @@ partitionOverwrite-   static (default) or dynamic, as Spark's option
 Mode
 maxRecordsPerFile,    as Spark's options (outputTimestampType: Parquet's ``spark.sql.parquet.outputTimestampType``,
 outputTimestampType   which a data source cannot read from the session)
-table, catalog        register the committed partitions in ``table`` ("db.name"); catalog ``glue`` (the session
-                      catalog is out of a data source's reach); ``glue.endpointUrl``, ``glue.catalogId``
+table, catalog        write into ``table`` ("db.name") and register the committed partitions; catalog ``glue`` (the
+                      session catalog is out of a data source's reach); ``glue.endpointUrl``, ``glue.catalogId``.
+                      path, format and partitionBy are the table's when not given (:mod:`.table_target`)
 merge                 true: merge small files before they become visible (``MergePolicy()``);
                       ``merge.smallFileAvg`` / ``merge.targetSize`` (sizes: ``16MB``, ``256MiB``) imply it
 maxOpenWriters,       as ``writer(df, max_open_writers=, commit_threads=, overwrite_bucket_root=,
@@ -101,7 +102,7 @@ def parse(options: Mapping[str, str], *, overwrite: bool, session: Recorder, str
         else:
             rest[name.lower()] = (name, to_str(value))
     path = _take(own, "path")
-    if path is None:
+    if path is None and "table" not in own:
         raise UsageError(_NO_PATH_STREAM if streaming else (_NO_OPTIONS if not options else _NO_PATH))
     checkpoint = _take(own, "checkpointlocation")
     fmt = _take(own, "format")
@@ -117,11 +118,17 @@ def parse(options: Mapping[str, str], *, overwrite: bool, session: Recorder, str
                          "mpcommit.spark.source_options (or README, 'The data source')"
                          f"{did_you_mean(leftover, NAMES) or '.'} Nothing was written.")
     from .request import check_all_partition_columns, resolve_format
+    from .table_target import resolve as resolve_target
 
+    source = resolve_format(fmt) if fmt is not None else None
+    # option table (with catalog glue): the path, format and partition columns the options leave out are the table's.
+    target = resolve_target(settings, path=path, fmt=source, partition_by=partition_by, default_catalog="glue")
+    if target is not None:
+        path, source, partition_by = target.path, target.format, target.partition_by
     if columns is not None:
         check_all_partition_columns(columns, list(partition_by))
-    request = translate(rest, path=path, mode=mode, partition_by=list(partition_by),
-                        source=resolve_format(fmt) if fmt is not None else None, session=session, settings=settings)
+    request = translate(rest, path=path, mode=mode, partition_by=list(partition_by), source=source, session=session,
+                        settings=settings)
     _check_format_options(request)
     return SourceOptions(request, checkpoint)
 
@@ -170,7 +177,9 @@ _NO_OPTIONS = ("'path' is not specified, and the write arrived with no options a
                "when it writes. Make it a view, whose options Spark does hand over -- CREATE TEMPORARY VIEW t (id "
                "BIGINT, dt STRING) USING mpcommit OPTIONS (path 's3://bucket/table', format 'parquet', partitionBy "
                "'dt') -- or give them on the statement: INSERT INTO t WITH ('path' = 's3://bucket/table', ...) "
-               "SELECT ... Nothing was written.")
+               "SELECT ... For a catalog table, make it one Spark reads natively (CREATE TABLE t (...) USING parquet "
+               "PARTITIONED BY (dt) LOCATION 's3a://bucket/table') and write into it with option table 'db.t' and "
+               "catalog 'glue', or mpcommit.spark.writer(df, table='db.t'). Nothing was written.")
 
 
 def _take(own: dict[str, tuple[str, str]], name: str) -> str | None:

@@ -38,10 +38,12 @@ from ..protocol.commit import DEFAULT_COMMIT_THREADS, CommitReport
 from ..protocol.commit.committed import HandedOverResults
 from ..protocol.job import Job
 from ..protocol.records.manifest import InlineBudget, TaskResult, inline_parts_per_task
-from .plan import StartedWrite, TaskHook, plan_write
+from .compat import check_pyspark
+from .plan import StartedWrite, TaskHook, arrow_schema_of, plan_write
 from .request import Settings, WriteRequest
 from .session import Recorder, SessionSettings
 from .table_schema import SchemaMismatch
+from .table_target import resolve as resolve_target
 from .tasks import run_task
 
 if TYPE_CHECKING:
@@ -94,7 +96,8 @@ def write(
     the merges run as a Spark stage before the commit (see :mod:`mpcommit.compaction.commit_merge`).
     ``table``: "db.name" to register the committed partitions and their statistics in, after the commit, in
     ``catalog`` (default: the DataFrame's session catalog; "glue", or a :class:`~mpcommit.catalog.Catalog`);
-    see docs/CATALOG.md. ``overwrite_bucket_root``: allow an overwrite of a bucket's root (``s3://bucket``),
+    without ``partition_by`` the table's partition columns are written, and a ``uri``, format or partition columns
+    other than the table's are refused before anything is written; see docs/CATALOG.md. ``overwrite_bucket_root``: allow an overwrite of a bucket's root (``s3://bucket``),
     which replaces every object in the bucket; refused without it. ``schema_mismatch``: when appending (or
     overwriting partitions dynamically), one existing file's column types (a Parquet footer, a CSV header) are
     compared with this write's first: ``"warn"`` (a :class:`~mpcommit.spark.table_schema.SchemaMismatchWarning`
@@ -108,6 +111,12 @@ def write(
                         commit_threads=commit_threads, writer=writer, overwrite_bucket_root=overwrite_bucket_root,
                         schema_mismatch=SchemaMismatch.parse(schema_mismatch))
     columns = partition_by if partition_by is None or isinstance(partition_by, str) else tuple(partition_by)
+    # A table named: checked against the write before anything is written, its partition columns taken if not given.
+    target = resolve_target(settings, path=uri, fmt=format.strip().lower() if isinstance(format, str) else format,
+                            partition_by=[columns] if isinstance(columns, str) else columns, default_catalog="spark",
+                            spark=df.sparkSession)
+    if target is not None:
+        settings, columns = target.settings, target.partition_by or None
     write_mode = WriteMode.parse(mode)
     overwrite = PartitionOverwrite.parse(partition_overwrite)
     if not columns:
@@ -239,6 +248,7 @@ def _check_dataframe(df: Any, function: str = "write") -> None:
     """Refuse anything but a PySpark DataFrame (classic or Connect), naming the function called and the type given
     by its module (a pandas or polars DataFrame is also called DataFrame)."""
     if all(hasattr(df, attr) for attr in ("mapInArrow", "schema", "sparkSession")):
+        check_pyspark()  # an unsupported PySpark is named here, not by whatever fails first further on
         return
     kind = type(df)
     name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
@@ -250,15 +260,7 @@ def _check_dataframe(df: Any, function: str = "write") -> None:
 
 def _arrow_schema(df: "DataFrame", session: SessionSettings) -> pa.Schema:
     """The Arrow schema Spark hands the tasks, to check types against the format before anything runs."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    try:
-        return to_arrow_schema(df.schema, timezone=session.time_zone, prefers_large_types=session.large_var_types)
-    except Exception as exc:  # noqa: BLE001 - pyspark raises its own error types; say what to do instead
-        raise UsageError(
-            f"the DataFrame has a column type Spark cannot hand to Python as Arrow ({exc}); cast it first. "
-            "Nothing was written."
-        ) from exc
+    return arrow_schema_of(df.schema, session)
 
 
 class _job_description:  # noqa: N801 - used like a function

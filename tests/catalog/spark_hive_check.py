@@ -19,6 +19,7 @@ from mpcommit.catalog import (
     SparkSqlCatalog,
     TableName,
 )
+from mpcommit.catalog.spark_catalog import scala_dict, scala_list
 from mpcommit.protocol.records.success import PartitionStats
 
 
@@ -56,9 +57,9 @@ def main(workdir: str) -> None:
 
     def partitions() -> dict[str, Any]:
         shown = {}
-        for p in jvm.scala.jdk.javaapi.CollectionConverters.asJava(ext.listPartitions("db", "t", jvm.scala.Option.empty())):
-            spec = dict(jvm.scala.jdk.javaapi.CollectionConverters.asJava(p.spec()))
-            params = dict(jvm.scala.jdk.javaapi.CollectionConverters.asJava(p.parameters()))
+        for p in scala_list(jvm, ext.listPartitions("db", "t", jvm.scala.Option.empty())):
+            spec = scala_dict(jvm, p.spec())
+            params = scala_dict(jvm, p.parameters())
             shown[f"{spec['dt']}|{spec['n']}"] = {
                 "location": str(jvm.org.apache.spark.sql.catalyst.catalog.CatalogUtils.URIToString(p.location())),
                 "stats": str(p.stats().get().simpleString()) if p.stats().isDefined() else None,
@@ -112,7 +113,7 @@ def main(workdir: str) -> None:
     def table_stats(name: str) -> None:
         info = ext.getTable("db", "u")
         raw = spark._jsparkSession.sharedState().externalCatalog().unwrapped().client().getRawHiveTable("db", "u")
-        hive = dict(jvm.scala.jdk.javaapi.CollectionConverters.asJava(raw.hiveTableProps()))
+        hive = scala_dict(jvm, raw.hiveTableProps())
         out[name]["stats"] = str(info.stats().get().simpleString()) if info.stats().isDefined() else None
         out[name]["hive"] = {k: hive.get(k) for k in ("numFiles", "totalSize", "numRows", "mpcommit.lastJobId",
                                                       "DO_NOT_UPDATE_STATS")}

@@ -11,18 +11,21 @@ from mpcommit.catalog import (
     PartitionColumnsMismatchError,
     Registration,
     RegistrationMode,
+    TableLayout,
     TableLocationMismatchError,
     TableName,
 )
 from mpcommit.catalog.plan import (
     Action,
     ExistingPartition,
+    format_of,
     normalize_location,
     partition_values,
     plan_partitions,
     stats_parameters,
     table_parameters,
     table_root,
+    write_layout,
 )
 from mpcommit.catalog.spark_catalog import add_partitions_sql, set_properties_sql, sql_string, unset_properties_sql
 from mpcommit.catalog.sync import _register
@@ -192,3 +195,46 @@ def test_success_keeps_partition_statistics_and_reads_files_without_them():
 
     flat = SuccessData(job_id="j", mode="overwrite", filenames=("t/a",), bytes=5, rows=2, partitions=())
     assert Registration.from_success(flat, "s3://bkt/t").partitions == {"": PartitionStats(1, 5, 2)}
+
+
+# ---------------------------------------------------------------- a write into a table: its layout
+LAYOUT = TableLayout(TableName("db", "events"), "s3a://bucket/events", "parquet", "parquet", ("dt", "hour"))
+
+
+def test_a_write_that_names_a_table_takes_what_it_leaves_out_from_the_table() -> None:
+    assert write_layout(LAYOUT, path=None, fmt=None, partition_by=None) == \
+        ("s3a://bucket/events", "parquet", ("dt", "hour"))
+    assert write_layout(LAYOUT, path="s3://bucket/events/", fmt="parquet", partition_by=["DT", "hour"]) == \
+        ("s3://bucket/events/", "parquet", ("DT", "hour")), "what the write says stays as it said it"
+
+
+@pytest.mark.parametrize("given,error,match", [
+    ({"path": "s3://bucket/other"}, TableLocationMismatchError,
+     r"^the write goes to s3://bucket/other, but table db.events is located at s3a://bucket/events"),
+    ({"fmt": "csv"}, UsageError, r"^the write is csv, but table db.events is stored as parquet"),
+    ({"partition_by": ["dt"]}, PartitionColumnsMismatchError,
+     r"^the write is partitioned by \(dt\), but table db.events by \(dt, hour\)"),
+    ({"partition_by": ["hour", "dt"]}, PartitionColumnsMismatchError, r"in order"),
+])
+def test_a_write_that_contradicts_its_table_is_refused_by_name(given, error, match) -> None:  # noqa: ANN001
+    with pytest.raises(error, match=match) as caught:
+        write_layout(LAYOUT, **{"path": None, "fmt": None, "partition_by": None, **given})
+    assert "Nothing was written" in str(caught.value)
+
+
+def test_a_table_without_location_or_with_a_format_mpcommit_does_not_write_needs_it_said() -> None:
+    bare = TableLayout(TableName("db", "t"), None, None, "org.apache.hadoop.hive.ql.io.orc.OrcSerde", ())
+    with pytest.raises(UsageError, match="table db.t has no location in the catalog"):
+        write_layout(bare, path=None, fmt="parquet", partition_by=None)
+    with pytest.raises(UsageError, match="stored as org.apache.hadoop.hive.ql.io.orc.OrcSerde, which mpcommit does "
+                                         "not write"):
+        write_layout(bare, path="s3://b/t", fmt=None, partition_by=None)
+    assert write_layout(bare, path="s3://b/t", fmt="csv", partition_by=None) == ("s3://b/t", "csv", ())
+
+
+def test_a_tables_format_is_read_from_what_catalogs_call_it() -> None:
+    assert format_of("parquet") == "parquet" and format_of("PARQUET") == "parquet"
+    assert format_of(None, "csv") == "csv", "a crawler's classification"
+    assert format_of("hive", "org.apache.hadoop.hive.ql.io.parquet.serde.ParquetHiveSerDe") == "parquet"
+    assert format_of(None, None, "org.openx.data.jsonserde.JsonSerDe") == "json"
+    assert format_of("delta") is None and format_of(None) is None

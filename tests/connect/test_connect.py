@@ -14,7 +14,7 @@ from mpcommit.compaction import MergePolicy
 from mpcommit.errors import SparkWriterError, UsageError
 from mpcommit.spark import write, writer
 from tests.support.glue import create_table, partitions, raw_glue_client, stats_of
-from tests.support.spark_tables import SPARK_MARKS, assert_clean, files, partition_dirs, read_table, s3_filesystem, same_report
+from tests.support.spark_tables import PYSPARK4, SPARK_MARKS, assert_clean, files, partition_dirs, read_table, s3_filesystem, same_report
 from tests.support.checks import list_objects, pending_uploads
 from tests.support.spark_s3a import s3a_jars_problem
 
@@ -129,6 +129,7 @@ def test_the_session_catalog_is_refused_over_connect_before_anything_is_written(
     assert list_objects(moto_backend.client, bucket, "") == [] and pending_uploads(moto_backend.client, bucket, "") == []
 
 
+@PYSPARK4
 def test_the_data_source_over_connect(connect_spark, moto_backend) -> None:  # noqa: ANN001
     """``df.write.format("mpcommit")`` from a Connect client: found by the server's own look for pyspark_* modules
     (no register call), committed by mpcommit on the server; a failed task leaves nothing."""

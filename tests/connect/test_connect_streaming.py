@@ -16,9 +16,9 @@ import pytest
 
 from tests.spark.test_streaming import SCHEMA, add_file, lose_commit_log
 from tests.support.checks import list_objects, read_object
-from tests.support.spark_tables import JOB_ID, SPARK_MARKS, assert_clean, data_keys, read_table, s3_filesystem
+from tests.support.spark_tables import JOB_ID, PYSPARK4, SPARK_MARKS, STREAM_SINK, assert_clean, data_keys, read_table, s3_filesystem
 
-pytestmark = [*SPARK_MARKS, pytest.mark.connect]
+pytestmark = [*SPARK_MARKS, pytest.mark.connect, PYSPARK4, STREAM_SINK]
 
 
 def run(spark: Any, be: Any, folder: Path, checkpoint: Path, uri: str) -> Any:

@@ -1,6 +1,7 @@
 """Run by test_catalog_on_s3a.py in a subprocess (a Hive-enabled session needs its own JVM and Derby metastore):
-``mpcommit.spark.write(..., table=)`` into an external Hive table located on ``s3a://``, then what Spark's
-catalog and readers show. Prints one JSON document.
+``mpcommit.spark.write(..., table=)`` into an external Hive table located on ``s3a://``, and
+``writer(df, table=...).save()`` into a Spark table (USING parquet) with no path, then what Spark's catalog and
+readers show. Prints one JSON document.
 
     python -m tests.interop.hive_s3a_check WORKDIR ENDPOINT BUCKET
 """
@@ -12,7 +13,7 @@ import sys
 from typing import Any
 
 from mpcommit.options import S3Options
-from mpcommit.spark import write
+from mpcommit.spark import write, writer
 from tests.support.spark_s3a import REGION, point_bucket_at, s3a_spark_conf, spark_session
 
 #: Partition values Spark escapes in paths, a null, and a plain one.
@@ -58,6 +59,23 @@ def main(workdir: str, endpoint_url: str, bucket: str) -> None:
                      "partition_location": spark.sql(
                          "DESCRIBE FORMATTED db.events PARTITION (dt='a/b:c', n=1)").filter("col_name = 'Location'")
                      .collect()[0].data_type}
+
+    # The catalog route (issue 38): a table Spark reads natively, written by naming it alone -- its location,
+    # format and partition columns from the session catalog; a write that contradicts it refused before writing.
+    spark.sql("CREATE TABLE db.native (id BIGINT, name STRING, dt STRING) USING parquet PARTITIONED BY (dt) "
+              f"LOCATION 's3a://{bucket}/native'")
+    third = spark.createDataFrame([(i, f"n{i}", f"d{i % 2}") for i in range(6)], "id long, name string, dt string")
+    report = writer(third, table="db.native", s3=s3).mode("append").save()
+    spark.catalog.refreshTable("db.native")
+    out["native"] = {"uri": report.uri,
+                     "partitions": sorted(report.partitions),
+                     "table": sorted([r.id, r.name, r.dt] for r in spark.table("db.native").collect()),
+                     "show_partitions": sorted(r.partition for r in spark.sql("SHOW PARTITIONS db.native").collect())}
+    try:
+        writer(third, table="db.native", s3=s3).mode("append").partitionBy("name").parquet(f"s3a://{bucket}/native")
+        out["native"]["refused"] = None
+    except Exception as exc:  # noqa: BLE001 - reported to the test
+        out["native"]["refused"] = f"{type(exc).__name__}: {exc}"
     spark.stop()
     print("RESULT " + json.dumps(out))
 

@@ -58,3 +58,16 @@ def test_a_write_with_table_registers_its_partitions_in_hive_on_s3a(observed: di
     assert second["table"] == sorted(kept + second["written"], key=repr)
     assert second["partition_location"] == f"s3a://{observed['bucket']}/events/dt=a%2Fb%3Ac/n=1"
     assert pending_uploads(observed["client"], observed["bucket"], "events") == []
+
+
+def test_a_write_naming_a_spark_table_takes_its_location_format_and_partitions(observed: dict[str, Any]) -> None:
+    """The catalog route (issue 38): ``writer(df, table="db.native").mode("append").save()`` with no path, format or
+    partition columns writes where ``CREATE TABLE ... USING parquet PARTITIONED BY (dt) LOCATION`` said, registers
+    the partitions, and Spark reads the table natively; a write partitioned otherwise is refused before writing."""
+    native = observed["native"]
+    assert native["uri"] == f"s3://{observed['bucket']}/native", "the table's location (a report names s3://)"
+    assert native["partitions"] == ["dt=d0", "dt=d1"] and native["show_partitions"] == ["dt=d0", "dt=d1"]
+    assert native["table"] == sorted([i, f"n{i}", f"d{i % 2}"] for i in range(6))
+    assert native["refused"] is not None and native["refused"].startswith(
+        "PartitionColumnsMismatchError: the write is partitioned by (name), but table db.native by (dt)"), native
+    assert pending_uploads(observed["client"], observed["bucket"], "native") == []

@@ -6,17 +6,18 @@ test_equivalence.py; streams: test_streaming.py.)"""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
 from mpcommit.spark import register
-from tests.support.spark_tables import SPARK_MARKS, assert_clean, data_keys, read_table, s3_filesystem
+from tests.support.spark_tables import PYSPARK4, SPARK_MARKS, assert_clean, data_keys, read_table, s3_filesystem
 from tests.support.checks import all_keys, pending_uploads, read_object
 from tests.support.spark_s3a import session_settings
 
-pytestmark = SPARK_MARKS
+pytestmark = [*SPARK_MARKS, PYSPARK4]
 
 DT = pa.schema([("dt", pa.string())])
 
@@ -49,6 +50,11 @@ def last_commit(backend: Any, bucket: str, prefix: str) -> dict:
 def error_text(exc: BaseException) -> str:
     """Spark wraps what the source raised; its own text is the last lines."""
     return " ".join(str(exc).split())
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of what PySpark prints for ``exc`` (after ``AnalysisException: `` / ``PythonException: ``)."""
+    return next(line.strip() for line in str(exc).splitlines() if line.strip())
 
 
 def test_a_df_write_line_commits_through_mpcommit(source, moto_backend) -> None:  # noqa: ANN001
@@ -178,8 +184,12 @@ def test_bad_input_is_refused_before_any_task_and_leaves_nothing(source, moto_ba
     w = frame(source).write.format("mpcommit").mode("append").options(**{k: v for k, v in given.items() if v})
     with pytest.raises(Exception, match=match) as caught:
         w.save()
-    # Refused where Spark creates the writer: no Spark job ran.
-    assert "Failed to initialize Python data source writer" in error_text(caught.value)
+    # Refused where Spark creates the writer: no Spark job ran. What the user reads first is mpcommit's refusal,
+    # not a traceback (issue 38): Spark's own words, then mpcommit's error and its message, on the first line.
+    first = first_line(caught.value)
+    assert first.startswith("[PYTHON_DATA_SOURCE_ERROR] Failed to initialize Python data source writer: mpcommit."), first
+    assert re.search(match, first), first
+    assert "Traceback" not in str(caught.value)
     assert all_keys(be.client, bucket) == set() and pending_uploads(be.client, bucket) == []
 
 
@@ -197,8 +207,12 @@ def test_a_failed_write_leaves_nothing_and_a_session_setting_it_cannot_see_is_re
     assert ids(be, bucket, "t") == list(range(30))
     assert_clean(be.client, bucket, "t")
     with session_settings(source, {"spark.sql.parquet.compression.codec": "zstd"}):
-        with pytest.raises(Exception, match=r"compression.codec=zstd.*\.option\('compression', 'zstd'\)"):
+        with pytest.raises(Exception, match=r"compression.codec=zstd.*\.option\('compression', 'zstd'\)") as caught:
             frame(source, 300).write.format("mpcommit").mode("append").options(**s3(be), partitionBy="dt").save(uri)
+        # Refused in a task: PySpark's one line that a Python worker failed, then mpcommit's refusal, no traceback.
+        lines = [line.strip() for line in str(caught.value).splitlines() if line.strip()]
+        at = next(i for i, line in enumerate(lines) if "SessionSettingError: the session sets" in line)
+        assert at <= 1 and not any("Traceback" in line for line in lines[:at]), lines[:12]
         assert ids(be, bucket, "t") == list(range(30))
         frame(source, 300).write.format("mpcommit").mode("append").options(**s3(be), partitionBy="dt",
                                                                           compression="zstd").save(uri)

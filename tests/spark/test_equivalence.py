@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from mpcommit.spark import register, writer
-from tests.support.spark_tables import SPARK_MARKS, files
+from tests.support.spark_tables import PYSPARK4, SPARK_MARKS, files
 from tests.support.checks import list_objects, read_object
 from tests.spark.test_datasource import s3
 
@@ -95,6 +95,7 @@ def mpcommit_layout(fmt: str, backend: Any, bucket: str, prefix: str) -> dict[st
 
 @pytest.mark.parametrize("partitioned", [True, False], ids=["partitioned", "unpartitioned"])
 @pytest.mark.parametrize("fmt", list(FORMATS))
+@PYSPARK4
 def test_the_data_source_writes_what_sparks_own_writer_writes(source, moto_backend, tmp_path, fmt,
                                                               partitioned) -> None:  # noqa: ANN001
     be, bucket = moto_backend, moto_backend.new_bucket()
@@ -145,6 +146,7 @@ def test_the_data_source_writes_what_sparks_own_writer_writes(source, moto_backe
     assert os.listdir(local)
 
 
+@PYSPARK4
 def test_the_data_source_and_writer_make_the_same_files_layout_and_report(source, moto_backend) -> None:  # noqa: ANN001
     be, bucket = moto_backend, moto_backend.new_bucket()
     for step, (mode, start) in enumerate((("overwrite", 0), ("append", 100))):

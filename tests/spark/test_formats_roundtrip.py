@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from mpcommit.spark import write
-from tests.support.spark_tables import SPARK_MARKS, assert_clean, data_keys, read_table, sorted_rows
+from tests.support.spark_tables import SPARK_MARKS, assert_clean, data_keys, read_table, sorted_rows, to_arrow
 from tests.support.checks import read_object
 from tests.support.spark_s3a import session_settings
 
@@ -63,7 +63,7 @@ def frame(spark: Any) -> Any:
 
 def expected(frame: Any, columns: list[str]) -> list[dict]:
     """What Spark itself hands Python as Arrow (the same conversion the write runs on)."""
-    return sorted_rows(frame.select(columns).toArrow(), columns=columns)
+    return sorted_rows(to_arrow(frame.select(columns)), columns=columns)
 
 
 def with_string_key(table: pa.Table) -> pa.Table:
@@ -146,7 +146,7 @@ def test_csv_round_trip_with_header_and_gzip(frame, backend, bucket, pyarrow_fs)
     assert keys and all(k.endswith(".csv.gz") for k in keys)
     first = gzip.decompress(read_object(backend.client, bucket, keys[0])).decode()
     assert first.startswith("id;name;amount;ts;day;ok;score\n"), "header, separator, no k column"
-    data_schema = pa.schema([f for f in frame.select(FLAT).toArrow().schema if f.name != "k"])
+    data_schema = pa.schema([f for f in to_arrow(frame.select(FLAT)).schema if f.name != "k"])
     # Spark's dialect: a quote inside a quoted field is escaped with a backslash, not doubled.
     fmt = ds.CsvFileFormat(parse_options=pcsv.ParseOptions(delimiter=";", newlines_in_values=True, escape_char="\\",
                                                            double_quote=False),
@@ -166,7 +166,7 @@ def test_json_lines_round_trip(frame, backend, bucket, pyarrow_fs) -> None:  # n
                    s3=backend.options)
     keys = data_keys(backend.client, bucket, "j")
     assert keys and all(k.endswith(".json") for k in keys)
-    data_schema = pa.schema([f for f in frame.select(columns).toArrow().schema if f.name != "k"])
+    data_schema = pa.schema([f for f in to_arrow(frame.select(columns)).schema if f.name != "k"])
     fmt = ds.JsonFileFormat(parse_options=pjson.ParseOptions(explicit_schema=data_schema, newlines_in_values=False))
     table = read_table(pyarrow_fs, bucket, "j", fmt=fmt, partitions=KEY_PARTITION,
                        schema=pa.unify_schemas([data_schema, KEY_PARTITION]))

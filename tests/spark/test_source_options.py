@@ -175,7 +175,35 @@ def test_every_option_the_readme_lists_is_one_the_data_source_takes() -> None:
                            else "2")
         options = {"path": "s3://bkt/t", "format": "csv" if name in ("header", "sep") else "parquet", name: value}
         if name in ("table", "catalog", "glue.endpointUrl", "glue.catalogId"):
-            options.update(table="db.t", catalog="glue")
+            # What the options leave out of a named table is the catalog's: all given, nothing is asked of Glue.
+            options.update(table="db.t", catalog="glue", partitionBy="dt")
         if name == "outputTimestampType":
             options["format"] = "parquet"
         read(options)  # refused names raise here
+
+
+def test_only_mpcommits_own_errors_lose_their_traceback_in_what_spark_prints(monkeypatch) -> None:  # noqa: ANN001
+    """The data source's methods report an MpcommitError as its own line (the worker's switch, set in the worker's
+    process as it fails), and any other exception -- a bug -- with its traceback. test_datasource.py reads what
+    PySpark prints."""
+    import os
+
+    from mpcommit.spark.datasource import HIDE_TRACEBACK, user_facing
+
+    monkeypatch.setenv(HIDE_TRACEBACK, "")
+    monkeypatch.delenv(HIDE_TRACEBACK)  # absent now, and absent again after the test
+
+    @user_facing
+    def bug() -> None:
+        raise KeyError("a bug")
+
+    @user_facing
+    def refusal() -> None:
+        raise UsageError("option 'bogus': ...")
+
+    with pytest.raises(KeyError):
+        bug()
+    assert HIDE_TRACEBACK not in os.environ
+    with pytest.raises(UsageError):
+        refusal()
+    assert os.environ[HIDE_TRACEBACK] == "1"

@@ -38,9 +38,9 @@ import pytest
 from tests.spark.test_datasource import DT
 from tests.spark.test_streaming import add_file
 from tests.support.checks import all_keys, list_objects, pending_uploads, read_object
-from tests.support.spark_tables import JOB_ID, SPARK_MARKS, assert_clean, data_keys, read_table, s3_filesystem
+from tests.support.spark_tables import JOB_ID, PYSPARK4, SPARK_MARKS, STREAM_SINK, assert_clean, data_keys, read_table, s3_filesystem
 
-pytestmark = [*SPARK_MARKS, pytest.mark.slow]
+pytestmark = [*SPARK_MARKS, pytest.mark.slow, PYSPARK4, STREAM_SINK]
 
 DRIVER = Path(__file__).with_name("stream_driver.py")
 ROWS_PER_FILE = 10

@@ -22,11 +22,11 @@ import pytest
 from pyspark.sql import functions as F
 
 from mpcommit.spark.streaming import Pending, StreamProgress
-from tests.support.spark_tables import JOB_ID, SPARK_MARKS, assert_clean, data_keys, read_table, s3_filesystem
+from tests.support.spark_tables import JOB_ID, PYSPARK4, SPARK_MARKS, STREAM_SINK, assert_clean, data_keys, read_table, s3_filesystem
 from tests.spark.test_datasource import DT, ids, last_commit, s3, source  # noqa: F401 - source: the fixture
 from tests.support.checks import all_keys, list_objects, pending_uploads, read_object
 
-pytestmark = SPARK_MARKS
+pytestmark = [*SPARK_MARKS, PYSPARK4, STREAM_SINK]
 
 SCHEMA = "id long, dt string"
 

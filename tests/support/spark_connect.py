@@ -29,8 +29,23 @@ from tests.support.servers import free_port
 from tests.support.spark_s3a import JVM_CONF
 
 CONNECT_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
-#: The client's Python packages (PySpark's ``connect`` extra), by import name.
-CLIENT_MODULES = ("grpc", "grpc_status", "google.rpc", "zstandard")
+#: The client's Python packages (PySpark's ``connect`` extra), by distribution -> import name.
+CLIENT_MODULES = {"grpcio": "grpc", "grpcio-status": "grpc_status", "googleapis-common-protos": "google.rpc",
+                  "zstandard": "zstandard"}
+
+
+def client_modules() -> list[str]:
+    """The client modules the installed PySpark's ``connect`` extra asks for (zstandard only from 4.1 on)."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    try:
+        wanted = {Requirement(r).name.lower() for r in metadata.requires("pyspark") or []
+                  if Requirement(r).marker is not None and Requirement(r).marker.evaluate({"extra": "connect"})}
+    except metadata.PackageNotFoundError:  # a PySpark from SPARK_HOME, no metadata: ask for them all
+        wanted = set(CLIENT_MODULES)
+    return [module for dist, module in CLIENT_MODULES.items() if dist in wanted]
 
 
 def client_problem() -> str | None:
@@ -38,7 +53,7 @@ def client_problem() -> str | None:
     import importlib.util
 
     missing = []
-    for name in CLIENT_MODULES:
+    for name in client_modules():
         try:
             found = importlib.util.find_spec(name) is not None
         except ModuleNotFoundError:
@@ -51,12 +66,23 @@ def client_problem() -> str | None:
     return None
 
 
+def server_problem() -> str | None:
+    """Why PySpark's own Connect server cannot be started here (its jar is not in the pip package), or None."""
+    try:
+        server_jar()
+    except RuntimeError as exc:
+        return str(exc)
+    return None
+
+
 def server_jar() -> Path:
     import pyspark
 
     jars = sorted((Path(pyspark.__file__).parent / "jars").glob("spark-connect_*.jar"))
     if not jars:
-        raise RuntimeError(f"PySpark {pyspark.__version__} ships no spark-connect jar in {jars}")
+        # PySpark 3.5's pip package has the Connect client only; its server is a Maven artifact (spark-connect_2.12).
+        raise RuntimeError(f"PySpark {pyspark.__version__} ships no Spark Connect server (no spark-connect_*.jar in "
+                           f"{Path(pyspark.__file__).parent / 'jars'}), so the Connect tests cannot start one")
     return jars[0]
 
 

@@ -18,6 +18,42 @@ SPARK_MARKS = [
     pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning"),
 ]
 
+#: Marks a test of the doors built on PySpark 4's Python Data Source API (the data source; the sink too).
+PYSPARK4 = pytest.mark.pyspark4
+#: Marks a test of the streaming sink, which needs PySpark's Arrow stream writer (4.1 and later).
+STREAM_SINK = pytest.mark.stream_sink
+
+
+def door_missing(marker: str) -> str | None:
+    """Why the tests marked ``marker`` (``pyspark4``, ``stream_sink``) cannot run with the installed PySpark, or None
+    when they can -- or when there is no PySpark at all, which the Spark tests say themselves."""
+    try:
+        from mpcommit.spark import compat
+
+        found = compat.pyspark_version()
+    except ImportError:
+        return None
+    where = f"this is PySpark {found[0]}.{found[1]}, where mpcommit refuses it by name (tests/spark/test_versions.py)"
+    if found < compat.DATA_SOURCE_MIN:
+        return f"needs PySpark 4's Python Data Source API (the mpcommit data source and streaming sink); {where}"
+    if marker == "stream_sink" and compat.stream_writer_base() is None:
+        return f"needs PySpark's Arrow stream writer (DataSourceStreamArrowWriter, the streaming sink's); {where}"
+    return None
+
+
+def to_arrow(df: Any) -> pa.Table:
+    """``df``'s rows as an Arrow table: ``DataFrame.toArrow()`` (PySpark 4), or on PySpark 3.5, which lacks it, the
+    batches its ``toPandas`` collects through Arrow."""
+    if hasattr(type(df), "toArrow"):
+        return df.toArrow()
+    batches = df._collect_as_arrow()  # noqa: SLF001 - PySpark 3.5's toArrow in all but name
+    if batches:
+        return pa.Table.from_batches(batches)
+    from mpcommit.spark.compat import to_arrow_schema
+
+    return to_arrow_schema(df.schema, time_zone=df.sparkSession.conf.get("spark.sql.session.timeZone"),
+                           large_var_types=False).empty_table()
+
 
 def s3_filesystem(endpoint_url: str) -> Any:
     """pyarrow's S3 filesystem on one endpoint (the harness's credentials); paths are ``bucket/key``."""
