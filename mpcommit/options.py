@@ -157,6 +157,8 @@ class OrderSettings:
     #: Resolved entries kept below the oldest unresolved one; older ones are deleted now and then, so that a
     #: table with a million jobs lists a few hundred order records, not a million.
     keep_resolved: int = 200
+    #: The job that ends every ``tidy_every``-th place collects the order (the randomized trials collect often).
+    tidy_every: int = 25
 
     def __post_init__(self) -> None:
         if self.heartbeat_seconds <= 0 or self.poll_seconds <= 0:
@@ -168,3 +170,5 @@ class OrderSettings:
             raise UsageError("OrderSettings.max_wait_seconds cannot be negative")
         if self.keep_resolved < 10:
             raise UsageError("OrderSettings.keep_resolved must be at least 10")
+        if self.tidy_every < 1:
+            raise UsageError("OrderSettings.tidy_every must be at least 1")

@@ -62,8 +62,6 @@ from .reports import AbortReport, CommitReport
 log = logging.getLogger(__name__)
 
 DEFAULT_COMMIT_THREADS = 32
-#: Every this many places, the job that ends one tidies the order (deletes long-ended places).
-TIDY_EVERY = 25
 
 
 def _noop(_step: str, _done: int, _total: int | None) -> None:
@@ -466,7 +464,7 @@ class JobCommitter:
         t = time.monotonic()
         self._quiet()
         cleanup.remove_records(journal_first=True)
-        if entry.position % TIDY_EVERY == 0:
+        if entry.position % self.order.settings.tidy_every == 0:
             self.order.collect_garbage(take_over=lambda dead: self._take_over(dead, why="holds the order's "
                                                                               "collection back"))
         timings["cleanup"] = time.monotonic() - t
