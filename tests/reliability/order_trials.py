@@ -227,7 +227,7 @@ def plan_mixed(rng: random.Random) -> tuple[list[Proc], list[Proc]]:
 PAUSE_ORDER = {**ORDER, "keep_resolved": 10, "tidy_every": 5}
 #: Appends the appender commits while a process is paused: enough for the collection to clear the places
 #: after the paused one (10 kept, collected every 5th place).
-APPENDS = 15
+APPENDS = 12
 #: Where a driver pauses (SIGSTOP), by kind: every named commit checkpoint it reaches.
 DRIVER_PAUSES = {
     "overwrite": ("commit.after_place:1", "commit.after_journal:1", "commit.after_turn:1", "commit.after_complete:1",
@@ -988,13 +988,51 @@ def atomic_conditional_writes_on_moto() -> Iterator[None]:
         S3Response.put_object = put  # type: ignore[method-assign]
         S3Response._key_response_post = post  # type: ignore[method-assign]
 
-class Servers:
-    """The server (moto in this process, LocalStack, or one of the Go servers tests/support/servers.py builds)
-    and the S3-like network in front of it."""
+def serve_moto(as_is: bool = False) -> None:
+    """moto's S3 server in this process, for a harness in another (``--moto-process``): the port on stdout, then
+    serve until stdin closes (the harness has gone). Its conditional writes are made atomic here, as
+    :func:`atomic_conditional_writes_on_moto` does in the harness's own process."""
+    from tests.support.servers import start_moto
 
-    def __init__(self, name: str, *, moto_as_is: bool = False):
+    with contextlib.ExitStack() as stack:
+        if not as_is:
+            stack.enter_context(atomic_conditional_writes_on_moto())
+        server = start_moto()
+        print(server.endpoint_url, flush=True)
+        sys.stdin.read()
+        server.stop()
+
+
+class _MotoProcess:
+    """moto in a process of its own (:func:`serve_moto`): the trials' requests no longer share the harness's
+    interpreter with its threads (the harness and moto each get a share of a busy machine's CPU)."""
+
+    def __init__(self, as_is: bool):
+        import subprocess
+
+        args = [sys.executable, "-c", "import sys; from tests.reliability.order_trials import serve_moto; "
+                f"serve_moto({as_is!r})"]
+        self.proc = subprocess.Popen(args, cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.endpoint_url = self.proc.stdout.readline().strip()  # type: ignore[union-attr]
+        if not self.endpoint_url.startswith("http"):
+            raise RuntimeError(f"moto did not start: {self.endpoint_url!r}")
+
+    def stop(self) -> None:
+        self.proc.stdin.close()  # type: ignore[union-attr]
+        try:
+            self.proc.wait(30)
+        except Exception:  # noqa: BLE001
+            self.proc.kill()
+
+
+class Servers:
+    """The server (moto in this process or one of its own, LocalStack, or one of the Go servers
+    tests/support/servers.py builds) and the S3-like network in front of it."""
+
+    def __init__(self, name: str, *, moto_as_is: bool = False, moto_process: bool = False):
         self.name = name
         self.moto_as_is = moto_as_is
+        self.moto_process = moto_process
         self.server: Any = None
         self.network: Any = None
         self._atomic: Any = None
@@ -1003,6 +1041,10 @@ class Servers:
         from tests.support.s3_network import S3_LIKE, S3Network
         from tests.support.servers import start_go_server, start_localstack, start_moto
 
+        if self.name == "moto" and self.moto_process:
+            self.server = _MotoProcess(self.moto_as_is)
+            self.network = S3Network(self.server.endpoint_url, S3_LIKE).start()
+            return self
         if self.name == "moto" and not self.moto_as_is:
             self._atomic = atomic_conditional_writes_on_moto()
             self._atomic.__enter__()
@@ -1071,6 +1113,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replace", action="store_true", help="empty --out first")
     parser.add_argument("--moto-as-is", action="store_true",
                         help="leave moto's conditional writes as they are (not atomic: see atomic_conditional_writes_on_moto)")
+    parser.add_argument("--moto-process", action="store_true",
+                        help="run moto in a process of its own rather than in the harness's")
     a = parser.parse_args(argv)
     pairings = list(PAIRINGS) if a.pairing == "all" else a.pairing.split(",")
     for p in pairings:
@@ -1083,7 +1127,8 @@ def main(argv: list[str] | None = None) -> int:
         a.out.parent.mkdir(parents=True, exist_ok=True)
         a.out.write_text("")
     run_info = {"commit": _git_commit(), "date": time.strftime("%Y-%m-%d", time.gmtime()), "parallel": a.parallel,
-                "moto_conditional_writes": "as is" if a.moto_as_is else "atomic"} if a.server == "moto" else {
+                "moto_conditional_writes": "as is" if a.moto_as_is else "atomic",
+                "moto": "own process" if a.moto_process else "harness's process"} if a.server == "moto" else {
         "commit": _git_commit(), "date": time.strftime("%Y-%m-%d", time.gmtime()), "parallel": a.parallel}
     records: list[dict[str, Any]] = []
     started = time.monotonic()
@@ -1112,7 +1157,7 @@ def main(argv: list[str] | None = None) -> int:
                         f.write(json.dumps(record, sort_keys=True) + "\n")
                 print(_line(record, plan), flush=True)
 
-    with Servers(a.server, moto_as_is=a.moto_as_is) as servers:
+    with Servers(a.server, moto_as_is=a.moto_as_is, moto_process=a.moto_process) as servers:
         harness = servers.harness(workdir)
         threads = [threading.Thread(target=worker, args=(harness,)) for _ in range(max(1, a.parallel))]
         for t in threads:
