@@ -16,7 +16,7 @@ from mpcommit.protocol.layout import Table
 from mpcommit.protocol.order import TableOrder
 from mpcommit.protocol.recovery import RecoveryOutcome, recover
 from mpcommit.store.s3 import S3Store
-from tests.reliability.test_fences import ORDER, PausedJob, commit_lines, open_job, rows
+from tests.reliability.test_fences import ORDER, PausedJob, open_job, rows
 
 #: The order collected often (every 5th place, keeping 10 ended ones), as in the pause trials.
 OFTEN = OrderSettings(**{**ORDER, "tidy_every": 5})
@@ -78,13 +78,12 @@ def test_a_driver_rolled_back_while_paused_writes_no_end_after_its_place_was_col
     collection deletes it), but it is a record written by a process that had lost its job."""
     backend = moto_backend
     bucket = backend.new_bucket("mpc-finding")
-    commit_lines(backend, bucket, "old", partitions=("dt=0", "dt=1"))
+    _append(backend, bucket, "old")
+    order = TableOrder(S3Store(backend.options), Table(bucket, "t"), OFTEN)
     o = PausedJob(backend, bucket, name="o", mode="overwrite", stops="commit.after_place:1:stop")
     try:
         o.wait_stopped()
-        o_id = open_job(backend, bucket)
-        order = TableOrder(S3Store(backend.options), Table(bucket, "t"), OFTEN)
-        position = order.find(o_id).position
+        position = order.find(open_job(backend, bucket)).position
         time.sleep(OFTEN.lease_seconds + 1)  # silent for a lease, by the store's clock (1 s resolution)
         for i in range(16):
             _append(backend, bucket, f"a{i}")
