@@ -292,6 +292,15 @@ def test_match_rules_pick_requests_by_key_and_time_window() -> None:
     now[0] += 2.0
     assert decider.decide_request("PutObject", "PUT beat?", beat).fault is None  # after it
     assert decider.faults["PutObject"][Fault.SLOW_DOWN] == 5
+    # A window that counts from a request of its own: nothing before it, then as if the plan began there.
+    late = FaultDecider(FaultPlan(matches=(dataclasses.replace(brownout, trigger=r"^PutObject .*/finishing\.json$"),)),
+                        clock=lambda: now[0])
+    assert late.decide_request("PutObject", "PUT beat?", beat).fault is None
+    late.decide_request("PutObject", "PUT turn?", "t/_temporary/mpcommit/j1/finishing.json")
+    now[0] += 1.5
+    assert late.decide_request("PutObject", "PUT beat?", beat).fault is Fault.SLOW_DOWN
+    now[0] += 2.0
+    assert late.decide_request("PutObject", "PUT beat?", beat).fault is None
     plan = FaultPlan(matches=(brownout, MatchRule(strip_conditions=True)), seed=2)
     assert FaultPlan.from_json(plan.to_json()) == plan
     assert FaultDecider(plan).decide_request("PutObject", "PUT k?", "k").strip_conditions

@@ -310,29 +310,40 @@ def plan_pause_recover(rng: random.Random) -> tuple[list[Proc], list[Proc]]:
 
 #: The heartbeat key: what a brownout refuses.
 HEARTBEAT_KEY = r"/alive\.json$"
+#: The driver's finishing turn: taken right after its journal.
+FINISHING_TURN = r"^PutObject .*/finishing\.json$"
 #: The listings of an overwrite's scope in the trials' table ("t/" or "t/dt=N/"), not of its hidden records.
 SCOPE_LISTING = r"^t/(dt=[^/]*/)?$"
 
 
 def plan_brownout(rng: random.Random) -> tuple[list[Proc], list[Proc]]:
     """No pause: an overwrite's heartbeat writes are refused (503) for longer than the lease, from a moment after
-    its commit began, while its listing of the scope it replaces is slow (or its completes are); a `recover` takes
-    it for dead meanwhile, the appender and maybe another overwrite go on."""
+    its commit began, while its listing of the scope it replaces is slow -- a few seconds, or long enough for the
+    collection to run meanwhile -- (or its completes are); a `recover` takes it for dead meanwhile, the appender
+    and maybe another overwrite go on."""
     from tests.support.s3_network import Fault, FaultPlan, MatchRule
 
     v = _overwrite(rng, "v", 0.0)
     v.commit_threads = rng.choice((1, 8))
-    start = round(rng.uniform(0.0, 0.8), 3)
+    # From a moment after its commit began, or a moment after it took its finishing turn (its journal written:
+    # what a `recover` then takes over after a lease; the beat that goes with the turn landed), for longer than
+    # the lease.
+    trigger = FINISHING_TURN if rng.random() < 0.6 else None
+    start = round(rng.uniform(0.3, 1.0) if trigger else rng.uniform(0.3, 1.2), 3)
     end = round(start + rng.uniform(3.5, 8.0), 3)
-    rules = [MatchRule(("PutObject",), key=HEARTBEAT_KEY, start=start, end=end, fault=Fault.SLOW_DOWN)]
-    if rng.random() < 0.7:
-        rules.append(MatchRule(("ListObjectsV2",), key=SCOPE_LISTING, start=start, end=end,
-                               delay=round(rng.uniform(3.0, 7.0), 3)))
+    rules = [MatchRule(("PutObject",), key=HEARTBEAT_KEY, start=start, end=end, fault=Fault.SLOW_DOWN,
+                       trigger=trigger)]
+    if rng.random() < 0.7:  # its listing slow: a few seconds, or for about as long as the appender runs
+        delay = rng.uniform(3.0, 7.0) if rng.random() < 0.5 else rng.uniform(10.0, 25.0)
+        rules.append(MatchRule(("ListObjectsV2",), key=SCOPE_LISTING, start=start, end=end, delay=round(delay, 3),
+                               trigger=trigger))
     else:
-        rules.append(MatchRule(("CompleteMultipartUpload",), start=start, end=end, delay=round(rng.uniform(0.5, 1.5), 3)))
+        rules.append(MatchRule(("CompleteMultipartUpload",), start=start, end=end,
+                               delay=round(rng.uniform(0.5, 1.5), 3), trigger=trigger))
     v.network = {"at": "commit", "plan": FaultPlan(matches=tuple(rules)).to_json()}
-    return _seed_jobs(rng, 2), [v, _append(rng, "s", round(rng.uniform(0.0, WINDOW), 3)),
-                                *_meanwhile(rng, "v@commit")]
+    meanwhile = _meanwhile(rng, "v@commit")
+    meanwhile[0].offset = round(rng.uniform(1.5, 4.0), 3)  # the `recover`: mostly once V's journal is there
+    return _seed_jobs(rng, 2), [v, _append(rng, "s", round(rng.uniform(0.0, WINDOW), 3)), *meanwhile]
 
 
 def plan_no_conditions(rng: random.Random) -> tuple[list[Proc], list[Proc]]:

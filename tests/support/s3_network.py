@@ -391,7 +391,10 @@ class MatchRule:
       them, and writes anyway). The proxy forwards requests as signed, so this suits only servers that do not
       check signatures (moto, LocalStack).
 
-    Several rules may match one request: the first with a fault decides the fault, delays add up."""
+    Several rules may match one request: the first with a fault decides the fault, delays add up. With
+    ``trigger`` (a regular expression searched in ``"CLASS key"``, e.g. ``"^PutObject .*/finishing\\.json$"``) the
+    window counts from the first request that matches it instead of from the plan's start (never, until one
+    does): a brownout that begins when a process reaches a step of its own."""
 
     classes: tuple[str, ...] = ()
     key: str | None = None
@@ -401,6 +404,7 @@ class MatchRule:
     rate: float = 1.0
     delay: float = 0.0
     strip_conditions: bool = False
+    trigger: str | None = None
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.classes) - set(REQUEST_CLASSES))
@@ -410,8 +414,14 @@ class MatchRule:
             raise ValueError("MatchRule needs 0 <= rate <= 1 and delay >= 0")
         if self.key is not None:
             re.compile(self.key)
+        if self.trigger is not None:
+            re.compile(self.trigger)
 
-    def applies(self, request_class: str, key: str, elapsed: float) -> bool:
+    def applies(self, request_class: str, key: str, elapsed: float | None) -> bool:
+        """Whether the rule applies to this request ``elapsed`` seconds into its window's clock (``None``: its
+        trigger has not fired)."""
+        if elapsed is None:
+            return False
         if self.classes and request_class not in self.classes:
             return False
         if self.start is not None and elapsed < self.start:
@@ -423,14 +433,14 @@ class MatchRule:
     def to_json(self) -> dict[str, Any]:
         return {"classes": list(self.classes), "key": self.key, "start": self.start, "end": self.end,
                 "fault": self.fault.name if self.fault else None, "rate": self.rate, "delay": self.delay,
-                "strip_conditions": self.strip_conditions}
+                "strip_conditions": self.strip_conditions, "trigger": self.trigger}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "MatchRule":
         return cls(classes=tuple(data.get("classes") or ()), key=data.get("key"), start=data.get("start"),
                    end=data.get("end"), fault=Fault[data["fault"]] if data.get("fault") else None,
                    rate=float(data.get("rate", 1.0)), delay=float(data.get("delay", 0.0)),
-                   strip_conditions=bool(data.get("strip_conditions", False)))
+                   strip_conditions=bool(data.get("strip_conditions", False)), trigger=data.get("trigger"))
 
 
 @dataclass(frozen=True)
@@ -533,9 +543,10 @@ class FaultDecider:
 
     @plan.setter
     def plan(self, plan: FaultPlan | None) -> None:
-        """A new plan takes effect now: its match rules' windows count from here."""
+        """A new plan takes effect now: its match rules' windows count from here (or from their triggers)."""
         self._plan = plan
         self.since = self.clock()
+        self.triggered: dict[int, float] = {}  # rule index -> when its trigger fired
 
     def decide_request(self, request_class: str, signature: str, key: str = "") -> Decision:
         """Everything the plan does to this request; ``key``: the request's key, or a listing's prefix (what
@@ -543,7 +554,13 @@ class FaultDecider:
         plan = self.plan
         if plan is None:
             return Decision()
-        matched = [m for m in plan.matches if m.applies(request_class, key, self.clock() - self.since)]
+        now = self.clock()
+        for i, m in enumerate(plan.matches):
+            if m.trigger is not None and i not in self.triggered and re.search(m.trigger, f"{request_class} {key}"):
+                self.triggered[i] = now
+        matched = [m for i, m in enumerate(plan.matches)
+                   if m.applies(request_class, key, now - self.since if m.trigger is None
+                                else now - self.triggered[i] if i in self.triggered else None)]
         if not matched:
             fault, spike = self.decide(request_class, signature)
             return Decision(fault, spike)
