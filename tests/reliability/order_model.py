@@ -168,6 +168,31 @@ def read_order(client: Any, bucket: str, table: str) -> dict[str, dict[int, dict
     return {"entries": entries, "ends": outcomes, "checkpoints": checkpoints}
 
 
+JOURNAL_KINDS = {"mpcommit.CommitJournal": "commit", "mpcommit.JobRollback": "rollback"}
+
+
+def read_journals(client: Any, bucket: str, table: str, known: Mapping[str, str]) -> dict[str, str]:
+    """What the journal keys (``.../_temporary/mpcommit/JOB/journal.json``, anywhere in the table) of jobs not in
+    ``known`` hold now: job id -> "commit" (a commit journal: the job can only end committed) or "rollback" (a
+    rollback's claim: it can only end rolled back)."""
+    found: dict[str, str] = {}
+    for obj in list_objects(client, bucket, f"{table}/"):
+        key = obj["Key"]
+        if not key.endswith("/journal.json") or "_temporary/mpcommit/" not in key:
+            continue
+        job_id = key.rsplit("/", 2)[-2]
+        if job_id in known or job_id in found:
+            continue
+        try:
+            doc = json.loads(read_object(client, bucket, key))
+        except Exception:  # noqa: BLE001 - removed between the listing and the read
+            continue
+        kind = JOURNAL_KINDS.get(doc.get("kind", "") if isinstance(doc, dict) else "")
+        if kind is not None:
+            found[job_id] = kind
+    return found
+
+
 class OrderWatch:
     """Everything the order showed over a trial, polled (:func:`read_order`): the first time each place, end and
     checkpoint was seen, anything that changed under a name already seen, and ends written for a place that a
@@ -179,8 +204,13 @@ class OrderWatch:
         self.checkpoints: dict[int, int] = {}  # through -> its time (ms)
         self.gone: dict[int, float] = {}  # position -> when its entry was first missed
         self.changed: list[str] = []
-        self.late_ends: list[str] = []
+        self.late_ends: list[dict[str, Any]] = []
+        self.journals: dict[str, str] = {}  # job id -> "commit" | "rollback", as first seen at its journal key
         self.polls = 0
+
+    def see_journals(self, journals: Mapping[str, str]) -> None:
+        for job_id, kind in journals.items():
+            self.journals.setdefault(job_id, kind)
 
     def see(self, order: Mapping[str, Mapping[int, Mapping[str, Any]]], now: float) -> None:
         self.polls += 1
@@ -218,7 +248,7 @@ class OrderWatch:
                 "ends": {str(k): v for k, v in sorted(self.ends.items())},
                 "checkpoints": {str(k): v for k, v in sorted(self.checkpoints.items())},
                 "gone": {str(k): v for k, v in sorted(self.gone.items())}, "changed": self.changed,
-                "late_ends": self.late_ends, "polls": self.polls}
+                "late_ends": self.late_ends, "journals": self.journals, "polls": self.polls}
 
 
 def _entry_doc(e: Mapping[str, Any]) -> dict[str, Any]:
@@ -404,11 +434,20 @@ def check(state: Mapping[str, Any], jobs: Mapping[str, Mapping[str, Any]], *, wa
                     return "rolled_back"
         return None
 
+    # A job whose commit journal was seen can only have ended committed (a rollback after the journal is
+    # refused); one whose key held a rollback's claim, only rolled back.
+    journals = dict(watch.get("journals") or {})
     unknown: list[int] = []
     for position, e in sorted(places.items()):
         if e["outcome"] is None:  # collected before its end was seen
-            e["outcome"] = said(e["jobId"])
-            e["told_by_reports"] = True
+            told = said(e["jobId"])
+            by_journal = {"commit": "committed", "rollback": "rolled_back"}.get(journals.get(e["jobId"], ""))
+            if told is not None and by_journal is not None and told != by_journal:
+                v.fail(f"order: place {position} (job {by_id.get(e['jobId'], e['jobId'])}) was collected; the "
+                       f"reports say {told}, its journal key held a {journals[e['jobId']]}")
+            e["outcome"] = told or by_journal
+            v.notes.setdefault("outcomes told", []).append(
+                f"{position}:{e['outcome']} by {'reports' if told else 'journal' if by_journal else 'nobody'}")
             if e["outcome"] is None:
                 unknown.append(position)
     if unknown:
@@ -480,6 +519,7 @@ def check(state: Mapping[str, Any], jobs: Mapping[str, Mapping[str, Any]], *, wa
                f"{_diff(model, visible)}")
     for position in unknown:
         places[position]["outcome"] = "committed" if position in committed_positions else "rolled_back"
+        v.notes.setdefault("outcomes chosen", []).append(f"{position}:{places[position]['outcome']}")
     committed_ids = {places[p]["jobId"] for p in committed_positions}
 
     # ------------------------------------------------------------ 2. some serial order of the successes

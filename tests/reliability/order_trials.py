@@ -676,6 +676,7 @@ class OrderWatcher:
     def poll(self) -> None:
         try:
             self.watch.see(order_model.read_order(self.client, self.bucket, TABLE), time.time())
+            self.watch.see_journals(order_model.read_journals(self.client, self.bucket, TABLE, self.watch.journals))
         except Exception:  # noqa: BLE001 - a listing that raced a collection: the next poll sees it
             self.errors += 1
 
@@ -929,7 +930,8 @@ class Harness:
             "rows": {"visible": verdict.notes.get("visible rows"), "model": verdict.notes.get("model rows")},
             "notes": {k: v for k, v in verdict.notes.items() if k in ("outcomes unknown", "leftover ends",
                                                                      "serial orders", "collected through",
-                                                                     "stray ends")},
+                                                                     "stray ends", "outcomes told",
+                                                                     "outcomes chosen")},
             "race_seconds": round(t_race, 2), "trial_seconds": round(time.monotonic() - t_begin, 2),
             "load1": round(load_before, 2), "bucket": None if verdict.ok else bucket,
         }
