@@ -539,6 +539,7 @@ class Running:
         self.stops: list[float] = []  # when it paused
         self.resumes: list[float] = []  # when it was continued
         self._stopped: list[threading.Event] = []
+        self._stopped_lock = threading.Lock()
         faults = ([f"{proc.kill}:kill"] if proc.kill else []) + ([proc.stop] if proc.stop else [])
         events_in, events_out = ctx.Pipe(duplex=False)
         go_in, go_out = ctx.Pipe(duplex=False)
@@ -579,11 +580,12 @@ class Running:
 
     def stopped(self, n: int) -> threading.Event:
         """Set at the process's ``n``-th pause (1-based), or when it ended without it."""
-        while len(self._stopped) < n:
-            self._stopped.append(threading.Event())
-            if self.exited.is_set():
-                self._stopped[-1].set()
-        return self._stopped[n - 1]
+        with self._stopped_lock:
+            while len(self._stopped) < n:
+                self._stopped.append(threading.Event())
+                if self.exited.is_set():
+                    self._stopped[-1].set()
+            return self._stopped[n - 1]
 
     def watch_pauses(self, running: dict[str, "Running"]) -> None:
         """Notice each pause (the process SIGSTOPped itself at a checkpoint) and continue it as the plan says:
@@ -608,8 +610,9 @@ class Running:
             self.resumes.append(time.time())
             while not self.exited.is_set() and _state(pid) == "T":
                 time.sleep(0.01)
-        for event in self._stopped:
-            event.set()
+        with self._stopped_lock:
+            for event in self._stopped:
+                event.set()
 
     def released(self, after: str, running: dict[str, "Running"]) -> None:
         """Wait for what ``after`` names: ``NAME`` (its exit), ``NAME@stopN``, ``NAME@commit``."""
