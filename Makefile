@@ -81,6 +81,9 @@ soak: $(STAMP) localstack-install
 
 # The order trials' long tier (docs/RELIABILITY.md, "Randomized trials"): RACES_ARGS="--trials 200" trials per
 # pairing on moto, then on LocalStack, niced; one JSON line per trial in tests/reliability/results/, then the table.
+# Every pairing: the kills (6 pairings, a few seconds a trial) and, since issues 36 and 41, the pauses, brownouts,
+# a store without conditional writes and mixed depths (5 pairings; a pause trial takes 20-45 s: several hours in
+# all). RACES_ARGS="--pairing pause-driver,pause-recover --trials 50" for a part.
 RACES_ARGS ?= --trials 200 --parallel 3
 RACES_OUT  := tests/reliability/results
 races: $(STAMP) localstack-install

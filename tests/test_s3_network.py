@@ -23,6 +23,7 @@ from tests.support.s3_network import (
     FaultDecider,
     FaultPlan,
     FaultRule,
+    MatchRule,
     NetworkProfile,
     S3Network,
     parse_rate,
@@ -307,6 +308,60 @@ def test_faults_off_refuse_nothing_and_faults_on_refuse_by_class(net: S3Network,
         net.set_faults(None)
     assert _code(lambda: c.head_object(Bucket=bucket, Key="k")) == "404"  # the delete went through
     assert "k2" not in {o["Key"] for o in c.list_objects_v2(Bucket=bucket).get("Contents", [])}
+
+
+def test_match_rules_pick_requests_by_key_and_time_window() -> None:
+    now = [100.0]
+    brownout = MatchRule(("PutObject",), key=r"/alive\.json$", start=1.0, end=3.0, fault=Fault.SLOW_DOWN)
+    slow = MatchRule(("ListObjectsV2",), key=r"^t/(dt=[^/]*/)?$", delay=2.5)
+    decider = FaultDecider(FaultPlan(matches=(brownout, slow)), clock=lambda: now[0])
+    beat = "t/_temporary/mpcommit/j1/alive.json"
+    assert decider.decide_request("PutObject", "PUT beat?", beat).fault is None  # before the window
+    now[0] += 1.5
+    # In the window, every time: a brownout is not bounded by max_consecutive.
+    assert [decider.decide_request("PutObject", "PUT beat?", beat).fault for _ in range(5)] == [Fault.SLOW_DOWN] * 5
+    assert decider.decide_request("PutObject", "PUT other?", "t/dt=0/part-1.txt").fault is None
+    assert decider.decide_request("ListObjectsV2", "GET ?p", "t/dt=1/").delay == 2.5
+    assert decider.decide_request("ListObjectsV2", "GET ?o", "t/_mpcommit/order/").delay == 0.0
+    now[0] += 2.0
+    assert decider.decide_request("PutObject", "PUT beat?", beat).fault is None  # after it
+    assert decider.faults["PutObject"][Fault.SLOW_DOWN] == 5
+    # A window that counts from a request of its own: nothing before it, then as if the plan began there.
+    late = FaultDecider(FaultPlan(matches=(dataclasses.replace(brownout, trigger=r"^PutObject .*/finishing\.json$"),)),
+                        clock=lambda: now[0])
+    assert late.decide_request("PutObject", "PUT beat?", beat).fault is None
+    late.decide_request("PutObject", "PUT turn?", "t/_temporary/mpcommit/j1/finishing.json")
+    now[0] += 1.5
+    assert late.decide_request("PutObject", "PUT beat?", beat).fault is Fault.SLOW_DOWN
+    now[0] += 2.0
+    assert late.decide_request("PutObject", "PUT beat?", beat).fault is None
+    plan = FaultPlan(matches=(brownout, MatchRule(strip_conditions=True)), seed=2)
+    assert FaultPlan.from_json(plan.to_json()) == plan
+    assert FaultDecider(plan).decide_request("PutObject", "PUT k?", "k").strip_conditions
+    with pytest.raises(ValueError, match="Puts"):
+        MatchRule(("Puts",))
+
+
+def test_a_store_that_ignores_conditions_and_a_slow_listing(net: S3Network, _moto_backend_session: Backend) -> None:
+    bucket = _bucket(_moto_backend_session)
+    c = _no_retries(net.endpoint_url)
+    c.put_object(Bucket=bucket, Key="k", Body=b"first")
+    with pytest.raises(botocore.exceptions.ClientError):
+        c.put_object(Bucket=bucket, Key="k", Body=b"second", IfNoneMatch="*")
+    try:
+        net.set_faults(FaultPlan(matches=(MatchRule(strip_conditions=True),
+                                          MatchRule(("ListObjectsV2",), key="^slow/", delay=0.6))))
+        c.put_object(Bucket=bucket, Key="k", Body=b"second", IfNoneMatch="*")  # written anyway
+        t0 = time.monotonic()
+        c.list_objects_v2(Bucket=bucket, Prefix="slow/")
+        assert time.monotonic() - t0 >= 0.6
+        t0 = time.monotonic()
+        c.list_objects_v2(Bucket=bucket, Prefix="fast/")
+        assert time.monotonic() - t0 < 0.5
+        assert net.stats()["faults"]["stripped"] == 3
+    finally:
+        net.set_faults(None)
+    assert c.get_object(Bucket=bucket, Key="k")["Body"].read() == b"second"
 
 
 def test_dropped_connections_before_and_after_the_server(net: S3Network, _moto_backend_session: Backend) -> None:

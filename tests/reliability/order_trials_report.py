@@ -15,7 +15,11 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-PAIRING_ORDER = ("overwrite-overwrite", "overwrite-append", "overwrite-compact", "oncall", "recoveries", "mixed")
+PAIRING_ORDER = ("overwrite-overwrite", "overwrite-append", "overwrite-compact", "oncall", "recoveries", "mixed",
+                 "pause-driver", "pause-recover", "brownout", "no-conditions", "depths")
+#: The pairings where a process loses its job (issue 36): their own table says what the paused or cut-off
+#: process met and how it ended.
+ZOMBIE_PAIRINGS = ("pause-driver", "pause-recover", "brownout")
 
 
 def load(paths: list[Path]) -> list[dict[str, Any]]:
@@ -72,6 +76,65 @@ def table(records: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _zombie(r: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """The trial's paused or cut-off process (``v`` or ``r1``)."""
+    for name in ("v", "r1"):
+        p = r["procs"].get(name)
+        if p is not None and (p.get("stop") or p.get("brownout")):
+            return name, p
+    return None
+
+
+def zombies(records: list[dict[str, Any]]) -> str:
+    """Per server and pairing of issue 36: trials where the process really paused, where the order was collected
+    past it, and how the paused (or cut-off) process ended."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        if not r.get("mutant") and r["pairing"] in ZOMBIE_PAIRINGS:
+            groups[(r["server"], r["pairing"])].append(r)
+    if not groups:
+        return ""
+    lines = ["| Server | Pairing | Trials | Paused (reached its stop) | Paused longer than the lease | "
+             "Order collected through place 4 or beyond | How it ended | Stray ends noted |",
+             "|---|---|---|---|---|---|---|---|"]
+    order = {p: i for i, p in enumerate(PAIRING_ORDER)}
+    for (server, pairing), group in sorted(groups.items(), key=lambda kv: (kv[0][0] != "moto", kv[0][0],
+                                                                          order.get(kv[0][1], 99))):
+        paused = long = collected = strays = 0
+        ended: Counter[str] = Counter()
+        for r in group:
+            found = _zombie(r)
+            if found is None:
+                continue
+            name, p = found
+            spans = [s for s in p.get("paused") or () if s and s[0] is not None]
+            paused += bool(spans) or bool(p.get("brownout"))
+            long += any(s[1] is not None and s[1] - s[0] > 3.0 for s in spans)
+            # The paused job's place is 3 or 4 (after the two seeds, beside the append S).
+            collected += (r.get("order_seen") or {}).get("collected_through", 0) >= 4
+            strays += bool((r.get("notes") or {}).get("stray ends"))
+            outcome = p["outcome"]
+            if p["role"] == "recover":  # what it said of the job it was finishing
+                said = [a.split(":", 1)[1] for a in p.get("actions", []) if a.startswith("k:")]
+                outcome = f"k {said[0]}" if said else f"{outcome}, nothing for k"
+            ended[outcome] += 1
+        lines.append(f"| {server} | {pairing} | {len(group)} | {paused} | {long} | {collected} | "
+                     f"{', '.join(f'{k} {n}' for k, n in sorted(ended.items()))} | {strays} |")
+    return "\n".join(lines)
+
+
+def kinds(records: list[dict[str, Any]]) -> str:
+    """The failed trials' violations, by kind (their first words), per server."""
+    c: Counter[tuple[str, str]] = Counter()
+    for r in records:
+        if r["ok"] or r.get("mutant"):
+            continue
+        for v in r["violations"]:
+            kind = v.split(":")[0] if v.startswith(("order:", "a visible row")) else " ".join(v.split()[1:5])
+            c[(r["server"], kind)] += 1
+    return "\n".join(f"- {server}: {kind} ... x{n}" for (server, kind), n in sorted(c.items()))
+
+
 def failures(records: list[dict[str, Any]]) -> str:
     out = []
     for r in records:
@@ -84,9 +147,13 @@ def failures(records: list[dict[str, Any]]) -> str:
 def main(argv: list[str]) -> int:
     records = load([Path(p) for p in argv[1:]])
     print(table(records))
+    lost = zombies(records)
+    if lost:
+        print("\nThe processes that paused or were cut off (issue 36):\n\n" + lost)
     failed = failures(records)
     if failed:
         print("\nFailed trials:\n" + failed)
+        print("\nViolations by kind:\n" + kinds(records))
     runs = sorted({(r.get("run") or {}).get("commit", "") for r in records} - {""})
     if runs:
         print(f"\nat commit {', '.join(runs)}")

@@ -13,7 +13,14 @@ start-ups. Then:
 - ``write``: ``Job.create`` (append, or a static or dynamic overwrite), one task per planned file, each writing
   its rows (every row names the job: ``NAME PARTITION tTASK rI``), then ``job.commit``;
 - ``compact``: :func:`mpcommit.compaction.standalone.compact`, what ``mpcommit compact`` runs;
-- ``recover``: :func:`mpcommit.protocol.recovery.recover`, what ``mpcommit jobs recover`` runs.
+- ``recover``: :func:`mpcommit.protocol.recovery.recover`, what ``mpcommit jobs recover`` runs;
+- ``appender``: ``count`` small appends one after another (a busy table's stream of jobs: what makes the order's
+  collection run while another process is paused), each said with an ``appended`` event (its job id, position
+  or error).
+
+A job's destination is the table, or ``dest`` inside it (a partition's own URI, or a folder that is refused by
+name); a file's ``partition`` is a path string or a ``{column: value}`` mapping, and its rows name the file's
+``token`` (the folder the plan expects them in, without blanks) rather than the partition as given.
 
 Both commands are called through their Python functions rather than the console script so that the trial's
 :class:`~mpcommit.options.OrderSettings` (a heartbeat every 0.5 s, a 3 s lease) reach them: the CLI has no
@@ -27,7 +34,9 @@ in the order, and for a failure the exception's class (and its bases) and messag
 
 ``mutant`` in the spec breaks the protocol on purpose in this process only (tests of the checker itself):
 ``no_replace`` (an overwrite deletes nothing), ``no_wait`` (an overwrite never waits for earlier jobs),
-``no_conflict`` (a compaction never gives up).
+``no_conflict`` (a compaction never gives up), ``no_fence`` (a finisher never checks that it still holds its job:
+:class:`~mpcommit.protocol.commit.fence.Hold`'s checks pass, and the later jobs are judged from any listing, whether
+or not it shows the judge's own place open).
 """
 
 from __future__ import annotations
@@ -59,11 +68,16 @@ def file_rows(name: str, partition: str, task: int, rows: int) -> list[str]:
     return [row_text(name, partition, task, i) for i in range(rows)]
 
 
-def options_for(endpoint: str) -> Any:
+def options_for(endpoint: str, *, single_writer: bool = False) -> Any:
     from mpcommit import RetryPolicy, S3Options
 
     return S3Options(endpoint_url=endpoint, region="us-east-1", access_key_id="test", secret_access_key="test",
-                     retry=RetryPolicy(max_attempts=6, initial_delay=0.05, max_delay=1.0))
+                     retry=RetryPolicy(max_attempts=6, initial_delay=0.05, max_delay=1.0), single_writer=single_writer)
+
+
+def uri_of(spec: dict[str, Any]) -> str:
+    """The job's destination: the table, or ``dest`` inside it."""
+    return f"s3://{spec['bucket']}/{spec['table']}" + (f"/{spec['dest']}" if spec.get("dest") else "")
 
 
 def order_settings(spec: dict[str, Any]) -> Any:
@@ -75,7 +89,7 @@ def order_settings(spec: dict[str, Any]) -> Any:
 def write_job(spec: dict[str, Any], store: Any, say: Any = emit) -> dict[str, Any]:
     from mpcommit import WriterSettings
 
-    uri = f"s3://{spec['bucket']}/{spec['table']}"
+    uri = uri_of(spec)
     job = Job.create(uri, mode=spec["mode"], partition_overwrite=spec.get("po", "static"), s3=store.options,
                      store=store, order=order_settings(spec), writer=WriterSettings(upload_threads=2),
                      commit_threads=spec.get("commit_threads", 8))
@@ -84,7 +98,8 @@ def write_job(spec: dict[str, Any], store: Any, say: Any = emit) -> dict[str, An
     for f in spec["files"]:
         with job.spec.task(f["task"], 0) as task:
             with task.create(partition=f["partition"], ext="txt") as out:
-                text = "".join(line + "\n" for line in file_rows(spec["name"], f["partition"], f["task"], f["rows"]))
+                token = f.get("token", f["partition"])
+                text = "".join(line + "\n" for line in file_rows(spec["name"], token, f["task"], f["rows"]))
                 out.write(text.encode())
                 out.rows = f["rows"]
             results.append(task.commit())
@@ -116,7 +131,7 @@ def compact_job(spec: dict[str, Any], store: Any, say: Any = emit) -> dict[str, 
             said.append(step)
             say("commit")  # its journal is written (the first step the commit reports)
 
-    report = compact(f"s3://{spec['bucket']}/{spec['table']}", s3=store.options, store=store,
+    report = compact(uri_of(spec), s3=store.options, store=store,
                      order_settings=order_settings(spec), progress=progress)
     commit = report.commit
     return {"job_id": report.job_id, "outcome": report.outcome.value,
@@ -136,6 +151,24 @@ def recover_run(spec: dict[str, Any], store: Any, say: Any = emit) -> dict[str, 
                         for a in actions]}
 
 
+def appender_run(spec: dict[str, Any], store: Any, say: Any = emit) -> dict[str, Any]:
+    """``count`` appends of one small file each, one after another; each said on its own (``appended``). An
+    append that fails is said and the loop goes on: the checker judges each."""
+    done = 0
+    for i in range(spec["count"]):
+        one = {**spec, "name": f"{spec['name']}.{i}", "files": [spec["files"][i % len(spec["files"])]]}
+        one["files"] = [{**one["files"][0], "task": 0}]
+        try:
+            result = write_job(one, store, say=lambda *a, **k: None)
+        except Exception as exc:  # noqa: BLE001 - reported, judged by the checker
+            say("appended", i=i, name=one["name"], ok=False, error=type(exc).__name__,
+                job_id=getattr(exc, "job_id", None) or None, message=" ".join(str(exc).split())[:800])
+            continue
+        done += 1
+        say("appended", i=i, name=one["name"], ok=True, **result)
+    return {"appended": done}
+
+
 def apply_mutant(name: str | None) -> None:
     """Break the protocol in this process on purpose, so that a test can show the checker catches it."""
     if not name:
@@ -152,11 +185,23 @@ def apply_mutant(name: str | None) -> None:
         from mpcommit.protocol.order import TableOrder
 
         TableOrder.conflict = lambda self, me, since: None  # type: ignore[method-assign]
+    elif name == "no_fence":
+        from mpcommit.protocol.commit.fence import Hold
+        from mpcommit.protocol.order import TableOrder
+
+        Hold.check = lambda self, step: None  # type: ignore[method-assign]
+        Hold.check_if_stale = lambda self, step: None  # type: ignore[method-assign]
+
+        def jobs_after(self: Any, position: int) -> set[str]:
+            view = self.view()
+            return {e.job_id for e in self.entries(p for p in view.positions if p > position)}
+
+        TableOrder.jobs_after = jobs_after  # type: ignore[method-assign]
     else:
         raise SystemExit(f"unknown mutant {name!r}")
 
 
-ROLES = {"write": write_job, "compact": compact_job, "recover": recover_run}
+ROLES = {"write": write_job, "compact": compact_job, "recover": recover_run, "appender": appender_run}
 
 
 def run(spec: dict[str, Any], say: Any, wait_for_start: Any) -> int:
@@ -164,7 +209,7 @@ def run(spec: dict[str, Any], say: Any, wait_for_start: Any) -> int:
     from mpcommit.store.s3 import store_for
 
     apply_mutant(spec.get("mutant"))
-    store = store_for(options_for(spec["endpoint"]))
+    store = store_for(options_for(spec["endpoint"], single_writer=bool(spec.get("single_writer"))))
     store.head_bucket(spec["bucket"])  # the client and its connection made before the start
     say("ready", pid=os.getpid())
     start_at = wait_for_start()

@@ -92,7 +92,8 @@ if str(REPO_ROOT) not in sys.path:  # run as a script or as a subprocess from el
     sys.path.insert(0, str(REPO_ROOT))
 
 __all__ = ["LEGACY_2026_11", "NONE", "REQUEST_CLASSES", "S3_COLD", "S3_LIKE", "S3_TAIL", "SOURCES", "TRANSIENT", "Fault",
-           "FaultDecider", "FaultPlan", "FaultRule", "NetworkProfile", "S3Network", "ThrottleRule", "TokenBuckets",
+           "Decision", "FaultDecider", "FaultPlan", "FaultRule", "MatchRule", "NetworkProfile", "S3Network",
+           "ThrottleRule", "TokenBuckets",
            "classify", "delete_keys", "parse_rate", "parse_seconds", "partition_of", "per_file", "request_signature",
            "request_tokens"]
 
@@ -443,11 +444,90 @@ class FaultRule:
 
 
 @dataclass(frozen=True)
+class MatchRule:
+    """A rule for the requests whose class is in ``classes`` (empty: every class) and whose key -- for a listing,
+    its ``prefix`` -- matches the regular expression ``key`` (searched; ``None``: any), from ``start`` to ``end``
+    seconds after the plan took effect (``None``: from the start / for ever). A matching request is:
+
+    - answered ``fault`` at ``rate`` (a refusal or a drop, as :class:`FaultRule` does; never counted against
+      ``max_consecutive``, so that a brownout lasts as long as its window);
+    - held ``delay`` seconds more before its answer leaves (the server answered already: a slow listing returns
+      what the store held when it was asked);
+    - forwarded without its ``If-None-Match`` and ``If-Match`` headers (``strip_conditions``: a store that ignores
+      them, and writes anyway). The proxy forwards requests as signed, so this suits only servers that do not
+      check signatures (moto, LocalStack).
+
+    Several rules may match one request: the first with a fault decides the fault, delays add up. With
+    ``trigger`` (a regular expression searched in ``"CLASS key"``, e.g. ``"^PutObject .*/finishing\\.json$"``) the
+    window counts from the first request that matches it instead of from the plan's start (never, until one
+    does): a brownout that begins when a process reaches a step of its own."""
+
+    classes: tuple[str, ...] = ()
+    key: str | None = None
+    start: float | None = None
+    end: float | None = None
+    fault: Fault | None = None
+    rate: float = 1.0
+    delay: float = 0.0
+    strip_conditions: bool = False
+    trigger: str | None = None
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.classes) - set(REQUEST_CLASSES))
+        if unknown:
+            raise ValueError(f"no such request class: {', '.join(unknown)} (see REQUEST_CLASSES)")
+        if not 0.0 <= self.rate <= 1.0 or self.delay < 0:
+            raise ValueError("MatchRule needs 0 <= rate <= 1 and delay >= 0")
+        if self.key is not None:
+            re.compile(self.key)
+        if self.trigger is not None:
+            re.compile(self.trigger)
+
+    def applies(self, request_class: str, key: str, elapsed: float | None) -> bool:
+        """Whether the rule applies to this request ``elapsed`` seconds into its window's clock (``None``: its
+        trigger has not fired)."""
+        if elapsed is None:
+            return False
+        if self.classes and request_class not in self.classes:
+            return False
+        if self.start is not None and elapsed < self.start:
+            return False
+        if self.end is not None and elapsed >= self.end:
+            return False
+        return self.key is None or re.search(self.key, key) is not None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"classes": list(self.classes), "key": self.key, "start": self.start, "end": self.end,
+                "fault": self.fault.name if self.fault else None, "rate": self.rate, "delay": self.delay,
+                "strip_conditions": self.strip_conditions, "trigger": self.trigger}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "MatchRule":
+        return cls(classes=tuple(data.get("classes") or ()), key=data.get("key"), start=data.get("start"),
+                   end=data.get("end"), fault=Fault[data["fault"]] if data.get("fault") else None,
+                   rate=float(data.get("rate", 1.0)), delay=float(data.get("delay", 0.0)),
+                   strip_conditions=bool(data.get("strip_conditions", False)), trigger=data.get("trigger"))
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the proxy does to one request: a fault (``None``: forward it), a spike before anything else, a delay
+    added to its answer, and whether its conditional headers are taken out."""
+
+    fault: Fault | None = None
+    spike: float = 0.0
+    delay: float = 0.0
+    strip_conditions: bool = False
+
+
+@dataclass(frozen=True)
 class FaultPlan:
     """Which requests the proxy faults: ``rules`` by request class (:data:`REQUEST_CLASSES`), ``default`` for the
     classes not named (``None``: no fault). Deterministic for a ``seed``; at most ``max_faults`` faults in all
     (``None``: no bound) and ``max_consecutive`` in a row for one request. Besides, ``spike_rate`` of all requests
-    wait a latency spike of 0.2 s to ``spike_max`` seconds before anything else happens to them."""
+    wait a latency spike of 0.2 s to ``spike_max`` seconds before anything else happens to them. ``matches``
+    (:class:`MatchRule`) single out requests by key pattern and time window: a brownout of one key, a slow
+    listing, a store that ignores conditional headers; they are asked before ``rules``."""
 
     rules: Mapping[str, FaultRule] = field(default_factory=dict)
     default: FaultRule | None = None
@@ -456,6 +536,7 @@ class FaultPlan:
     max_consecutive: int | None = None
     spike_rate: float = 0.0
     spike_max: float = 1.5
+    matches: tuple[MatchRule, ...] = ()
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.rules) - set(REQUEST_CLASSES))
@@ -471,7 +552,8 @@ class FaultPlan:
         return {"rules": {k: r.to_json() for k, r in self.rules.items()},
                 "default": self.default.to_json() if self.default else None, "seed": self.seed,
                 "max_faults": self.max_faults, "max_consecutive": self.max_consecutive,
-                "spike_rate": self.spike_rate, "spike_max": self.spike_max}
+                "spike_rate": self.spike_rate, "spike_max": self.spike_max,
+                "matches": [m.to_json() for m in self.matches]}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "FaultPlan":
@@ -479,13 +561,20 @@ class FaultPlan:
                    default=FaultRule.from_json(data["default"]) if data.get("default") else None,
                    seed=int(data.get("seed", 0)), max_faults=data.get("max_faults", 100_000),
                    max_consecutive=data.get("max_consecutive"), spike_rate=float(data.get("spike_rate", 0.0)),
-                   spike_max=float(data.get("spike_max", 1.5)))
+                   spike_max=float(data.get("spike_max", 1.5)),
+                   matches=tuple(MatchRule.from_json(m) for m in data.get("matches") or ()))
 
 
 SPIKE_MIN = 0.2
 # Random parts of keys that would make decisions differ from run to run: mpcommit's per-attempt nonce
 # (``task-00001-a0-1f2e3d4c``). Upload ids are left out of signatures altogether.
 _VOLATILE = re.compile(r"(task-\d+-a\d+-)[0-9a-f]{8}")
+
+
+def match_key(path: str, query: Mapping[str, str]) -> str:
+    """What a :class:`MatchRule`'s ``key`` is matched against: the request's key, or a listing's ``prefix``."""
+    _bucket, _, key = path.lstrip("/").partition("/")
+    return key or query.get("prefix", "")
 
 
 def request_signature(method: str, path: str, query: Mapping[str, str]) -> str:
@@ -501,7 +590,8 @@ class FaultDecider:
     latency spikes. The n-th occurrence of a request is faulted when a hash of (seed, signature, n) falls below
     its class's rate, within the plan's bounds. ``plan`` may be replaced between requests; what was seen stays."""
 
-    def __init__(self, plan: FaultPlan | None):
+    def __init__(self, plan: FaultPlan | None, clock: Callable[[], float] = time.monotonic):
+        self.clock = clock
         self.plan = plan
         self.seen: Counter[str] = Counter()
         self.streak: Counter[str] = Counter()
@@ -509,6 +599,53 @@ class FaultDecider:
         self.total = 0
         self.spikes = 0
         self.spike_seconds = 0.0
+        self.matched = 0
+        self.delayed_seconds = 0.0
+        self.stripped = 0
+
+    @property
+    def plan(self) -> FaultPlan | None:
+        return self._plan
+
+    @plan.setter
+    def plan(self, plan: FaultPlan | None) -> None:
+        """A new plan takes effect now: its match rules' windows count from here (or from their triggers)."""
+        self._plan = plan
+        self.since = self.clock()
+        self.triggered: dict[int, float] = {}  # rule index -> when its trigger fired
+
+    def decide_request(self, request_class: str, signature: str, key: str = "") -> Decision:
+        """Everything the plan does to this request; ``key``: the request's key, or a listing's prefix (what
+        match rules are matched against)."""
+        plan = self.plan
+        if plan is None:
+            return Decision()
+        now = self.clock()
+        for i, m in enumerate(plan.matches):
+            if m.trigger is not None and i not in self.triggered and re.search(m.trigger, f"{request_class} {key}"):
+                self.triggered[i] = now
+        matched = [m for i, m in enumerate(plan.matches)
+                   if m.applies(request_class, key, now - self.since if m.trigger is None
+                                else now - self.triggered[i] if i in self.triggered else None)]
+        if not matched:
+            fault, spike = self.decide(request_class, signature)
+            return Decision(fault, spike)
+        self.matched += 1
+        self.seen[signature] += 1
+        digest = hashlib.sha256(f"{plan.seed}|{signature}|{self.seen[signature]}".encode()).digest()
+        fault = None
+        for m in matched:
+            if m.fault is not None and int.from_bytes(digest[:8], "big") / 2**64 < m.rate:
+                if plan.max_faults is None or self.total < plan.max_faults:
+                    fault = m.fault
+                    self.faults[request_class][fault] += 1
+                    self.total += 1
+                break
+        delay = sum(m.delay for m in matched)
+        self.delayed_seconds += delay
+        strip = any(m.strip_conditions for m in matched)
+        self.stripped += strip
+        return Decision(fault, 0.0, delay, strip)
 
     def decide(self, request_class: str, signature: str) -> tuple[Fault | None, float]:
         """The fault for this request (``None``: forward it) and the spike it waits first (seconds, often 0)."""
@@ -546,7 +683,8 @@ class FaultDecider:
     def snapshot(self) -> dict[str, Any]:
         return {"plan": self.plan.to_json() if self.plan else None,
                 "faults": {cls: {f.name: n for f, n in kinds.items()} for cls, kinds in sorted(self.faults.items())},
-                "spikes": self.spikes, "spike_seconds": self.spike_seconds}
+                "spikes": self.spikes, "spike_seconds": self.spike_seconds, "matched": self.matched,
+                "delayed_seconds": self.delayed_seconds, "stripped": self.stripped}
 
 
 #: The answers of faults that refuse a request: status line, S3 error code and message.
@@ -829,9 +967,13 @@ class Proxy:
                 stats["keys"] += keys
             if self.record_headers:
                 self.headers.append((op, dict(lower)))
-            fault, spike = None, 0.0
+            fault, spike, extra_delay = None, 0.0, 0.0
             if self.faults.plan is not None:
-                fault, spike = self.faults.decide(op, request_signature(method, unquote(split.path), query))
+                decision = self.faults.decide_request(op, request_signature(method, unquote(split.path), query),
+                                                      match_key(unquote(split.path), query))
+                fault, spike, extra_delay = decision.fault, decision.spike, decision.delay
+                if decision.strip_conditions:
+                    head = _drop_header(_drop_header(head, "if-none-match"), "if-match")
             if spike:
                 await asyncio.sleep(spike)
             if fault in _REFUSALS:
@@ -888,6 +1030,7 @@ class Proxy:
             if status < 300:
                 stats["copied_bytes"] += copied
             latency = profile.latency_for(op, copied, keys, draw=self.draws.random() if profile.tail else None)
+            latency += extra_delay
             stats["latency_seconds"] += latency
             if latency:
                 wait = request_end + latency - time.monotonic()

@@ -1,0 +1,110 @@
+"""What the randomized trials of processes that lose their job found (docs/RELIABILITY.md, "Randomized trials"),
+each forced here as a test that fails on the code it was found in (6ccd5ba and c169efd fixed them).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from mpcommit import Job
+from mpcommit.options import OrderSettings
+from mpcommit.protocol import faults
+from mpcommit.protocol.layout import Table
+from mpcommit.protocol.order import TableOrder
+from mpcommit.protocol.recovery import RecoveryOutcome, recover
+from mpcommit.store.s3 import S3Store
+from tests.reliability.test_fences import ORDER, PausedJob, open_job, rows
+
+#: The order collected often (every 5th place, keeping 10 ended ones), as in the pause trials.
+OFTEN = OrderSettings(**{**ORDER, "tidy_every": 5})
+
+
+def _append(backend: Any, bucket: str, tag: str) -> Any:
+    job, ref = _written(backend, bucket, tag)
+    return job.commit([ref])
+
+
+def _written(backend: Any, bucket: str, tag: str) -> Any:
+    """A job of s3://bucket/t with one task committed, its commit not begun."""
+    job = Job.create(f"s3://{bucket}/t", s3=backend.options, order=OFTEN)
+    with job.spec.task(0, 0) as attempt:
+        with attempt.create(partition="dt=0", ext="txt") as out:
+            out.write(f"{tag} dt=0\n".encode())
+            out.rows = 1
+        return job, attempt.commit()
+
+
+def test_a_recover_does_not_report_rolled_back_a_job_that_committed_after_it_listed_it(moto_backend):
+    """`recover --older-than 0` lists the table's jobs, then acts on each in turn. A job that was writing when it
+    was listed and that commits -- and removes its records, journal first -- before `recover` reaches it: the
+    rollback's claim of the journal key then succeeds (the key is free again), no open place is found to end,
+    nothing is left to abort, and `recover` reports the job rolled back ("aborted 0 uploads, removed 0 records")
+    while every row of it is visible and its place ended committed."""
+    backend = moto_backend
+    bucket = backend.new_bucket("mpc-finding")
+    first, first_ref = _written(backend, bucket, "a")
+    second, second_ref = _written(backend, bucket, "b")
+    refs = {first.job_id: (first, first_ref), second.job_id: (second, second_ref)}
+    committed: dict[str, Any] = {}
+
+    def meanwhile(action: Any) -> None:
+        # After recover acted on the first job it listed, the other one commits.
+        if not committed:
+            other = next(job_id for job_id in refs if job_id != action.job_id)
+            job, ref = refs[other]
+            committed[other] = job.commit([ref])
+
+    actions = recover(f"s3://{bucket}/t", s3=backend.options, older_than=0, order=OFTEN, on_action=meanwhile)
+    [(late, report)] = committed.items()
+    said = {a.job_id: a for a in actions}
+    assert report.position is not None
+    assert f"{'a' if late == first.job_id else 'b'} dt=0" in rows(backend, bucket)
+    assert said[late].action is not RecoveryOutcome.ROLLED_BACK, said[late]
+
+
+def test_a_recover_does_not_report_rolled_back_a_job_interrupted_in_its_cleanup(moto_backend):
+    """A commit that stops during its cleanup has committed: its place ended committed, its files are visible,
+    `_SUCCESS` written, its journal deleted first -- only records are left. Once a later job rewrites `_SUCCESS`,
+    `jobs list` shows it as writing (docs: Known limitations), and `recover --older-than 0` rolls it back: the
+    rollback's claim of the free journal key succeeds, and it reports the committed job "rolled back"."""
+    backend = moto_backend
+    bucket = backend.new_bucket("mpc-finding")
+    job, ref = _written(backend, bucket, "a")
+    with faults.installed(faults.fail_at("commit.during_cleanup")), pytest.raises(Exception):
+        job.commit([ref])
+    _append(backend, bucket, "b")
+    actions = {a.job_id: a for a in recover(f"s3://{bucket}/t", s3=backend.options, older_than=0, order=OFTEN)}
+    assert rows(backend, bucket) == ["a dt=0", "b dt=0"]
+    assert actions[job.job_id].action is not RecoveryOutcome.ROLLED_BACK, actions[job.job_id]
+
+
+def test_a_driver_rolled_back_while_paused_writes_no_end_after_its_place_was_collected(moto_backend):
+    """SPEC I10: a process that lost its job records nothing more for it. An overwrite pauses right after taking
+    its place; the collecting job takes the silent place over (a rollback: it has no journal) and, appends later,
+    collects it. The driver goes on: its journal claim finds the rollback (JobRolledBackError, by name, nothing
+    visible) -- and it then ends its place, rolled back, writing `<position>.done` under a checkpoint that covers
+    it. The stray changes no decision (a covered place is ended whatever records are left, and the next
+    collection deletes it), but it is a record written by a process that had lost its job."""
+    backend = moto_backend
+    bucket = backend.new_bucket("mpc-finding")
+    _append(backend, bucket, "old")
+    order = TableOrder(S3Store(backend.options), Table(bucket, "t"), OFTEN)
+    o = PausedJob(backend, bucket, name="o", mode="overwrite", stops="commit.after_place:1:stop")
+    try:
+        o.wait_stopped()
+        position = order.find(open_job(backend, bucket)).position
+        time.sleep(OFTEN.lease_seconds + 1)  # silent for a lease, by the store's clock (1 s resolution)
+        for i in range(16):
+            _append(backend, bucket, f"a{i}")
+        assert order.view().through >= position, "the collection must have covered its place"
+        assert order.outcome(position) is None
+        o.resume()
+        end = o.events()[-1]
+    finally:
+        o.kill()
+    assert end["error"] == "JobRolledBackError", end
+    assert order.outcome(position) is None, "an end was written for a place the collection had covered"
+
