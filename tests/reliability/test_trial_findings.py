@@ -108,3 +108,21 @@ def test_a_driver_rolled_back_while_paused_writes_no_end_after_its_place_was_col
     assert end["error"] == "JobRolledBackError", end
     assert order.outcome(position) is None, "an end was written for a place the collection had covered"
 
+
+def test_a_recover_does_not_report_rolled_back_a_job_interrupted_in_its_cleanup_once_its_place_is_collected(
+        moto_backend):
+    """The same as the last but one, with enough appends after it that the collection has covered its place: no
+    place of it is left to say how it ended, and its rollback still must not say "rolled back" of committed rows,
+    nor delete any."""
+    backend = moto_backend
+    bucket = backend.new_bucket("mpc-finding")
+    job, ref = _written(backend, bucket, "a")
+    with faults.installed(faults.fail_at("commit.during_cleanup")), pytest.raises(Exception):
+        job.commit([ref])
+    order = TableOrder(S3Store(backend.options), Table(bucket, "t"), OFTEN)
+    for i in range(16):
+        _append(backend, bucket, f"b{i}")
+    assert order.find(job.job_id, ended_too=True) is None, "the collection must have covered its place"
+    actions = {a.job_id: a for a in recover(f"s3://{bucket}/t", s3=backend.options, older_than=0, order=OFTEN)}
+    assert rows(backend, bucket) == sorted(["a dt=0"] + [f"b{i} dt=0" for i in range(16)])
+    assert actions[job.job_id].action is not RecoveryOutcome.ROLLED_BACK, actions[job.job_id]

@@ -590,7 +590,8 @@ class JobCommitter:
         claim, mine = claim_rollback(self.store, self.destination, self.job_id, reason)
         entry = self.order.find(self.job_id, ended_too=True)
         outcome = self.order.outcome(entry.position) if entry is not None else None
-        if mine and outcome is not None and outcome.outcome is Outcome.COMMITTED:
+        if mine and (outcome.outcome is Outcome.COMMITTED if outcome is not None else
+                     entry is None and self._committed_and_collected()):
             # The job committed before this claim, which found the journal key freed by its cleanup (a listing of
             # jobs read before it ended brought this rollback here). Taken back; the job stays committed. (A job
             # that ended otherwise -- aborted, rolled back -- is rolled back again: what its zombies left goes.)
@@ -600,6 +601,26 @@ class JobCommitter:
         if entry is not None and outcome is None:
             self.order.end(entry, Outcome.ROLLED_BACK, reason=reason)
         return True
+
+    def _committed_and_collected(self) -> bool:
+        """For a job with no place left in the order and a free journal key: whether it committed and the order's
+        collection has since deleted its place (its commit stopped in its cleanup, which frees the journal key
+        first). Only a commit makes a job's files visible, and its task manifests name them: a few of those keys
+        are looked up (a job rolled back while writing has none visible; one with no manifest wrote nothing)."""
+        reader = ManifestReader(self.store, self.destination, self.job_id)
+        looked = 0
+        for obj in self.store.list_objects(self.destination.bucket, self.paths.tasks):
+            try:
+                manifest = reader.read(obj.key)
+            except (ManifestError, NoSuchKeyError):
+                continue  # unreadable, or removed meanwhile: other manifests tell
+            for upload in manifest.uploads[:2]:
+                if self.store.head_object(self.destination.bucket, upload.key) is not None:
+                    return True
+                looked += 1
+            if looked >= 16:
+                break
+        return False
 
     def abort(self) -> AbortReport:
         """Roll back a job whose commit has not begun (the driver's own ``job.abort()``)."""
