@@ -32,6 +32,7 @@ from ..formats.partitioning import DEFAULT_MAX_OPEN_WRITERS
 from ..modes import WriteMode
 from ..options import S3Options, WriterSettings
 from ..protocol.commit import DEFAULT_COMMIT_THREADS, CommitReport
+from ..protocol.records.order import Txn
 from .request import (
     Settings,
     check_all_partition_columns,
@@ -67,6 +68,7 @@ def writer(
     writer_settings: WriterSettings | None = None,
     overwrite_bucket_root: bool = False,
     schema_mismatch: str = "warn",
+    txn: Txn | None = None,
 ) -> "DataFrameWriter":
     """``df.write`` for mpcommit: ``writer(df).mode(...).partitionBy(...).option(...).parquet(uri)``.
 
@@ -76,13 +78,15 @@ def writer(
     the committed partitions in it: the path, format and partition columns the chain leaves out are the table's,
     ``writer(df, table="db.t").mode("append").save()``), ``max_open_writers``, ``commit_threads``, ``writer_settings`` (multipart sizing),
     ``overwrite_bucket_root`` (allow an overwrite of a whole bucket, ``s3://bucket``) and ``schema_mismatch``
-    (``"warn"``, ``"error"`` or ``"ignore"``: an append whose column types differ from the table's files).
+    (``"warn"``, ``"error"`` or ``"ignore"``: an append whose column types differ from the table's files) and
+    ``txn`` (``Txn(app_id, version)``: a version committed already writes nothing; also as Delta Lake's options,
+    ``.option("txnAppId", app).option("txnVersion", n)``).
     """
     _check_dataframe(df, "writer")
     return DataFrameWriter(df, Settings(s3=s3, merge=merge, table=table, catalog=catalog,
                                         max_open_writers=max_open_writers, commit_threads=commit_threads,
                                         writer=writer_settings, overwrite_bucket_root=overwrite_bucket_root,
-                                        schema_mismatch=SchemaMismatch.parse(schema_mismatch)))
+                                        schema_mismatch=SchemaMismatch.parse(schema_mismatch), txn=txn))
 
 
 class DataFrameWriter:

@@ -11,6 +11,7 @@ only for a partitioned overwrite, the only write it changes); all columns as par
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -23,6 +24,7 @@ from ..formats.partitioning import DEFAULT_MAX_OPEN_WRITERS
 from ..modes import PartitionOverwrite, WriteMode
 from ..options import S3Options, WriterSettings
 from ..protocol.commit import DEFAULT_COMMIT_THREADS
+from ..protocol.records.order import Txn
 from .table_schema import SchemaMismatch
 
 if TYPE_CHECKING:
@@ -74,8 +76,14 @@ class Settings:
     writer: WriterSettings | None = None
     overwrite_bucket_root: bool = False
     schema_mismatch: SchemaMismatch = SchemaMismatch.WARN
+    #: The application version this write commits (``Txn(app_id, version)``; options txnAppId and txnVersion):
+    #: a write of a version the table committed already is a no-op that says so (CommitReport.duplicate_of).
+    txn: Txn | None = None
 
     def __post_init__(self) -> None:
+        if self.txn is not None and not isinstance(self.txn, Txn):
+            raise UsageError(f"txn must be None or a Txn (from mpcommit import Txn; Txn('daily-load', 20261128)), "
+                             f"got {self.txn!r}")
         if self.merge is not None:
             from ..compaction.planner import MergePolicy  # only a write that merges needs compaction
 
@@ -134,6 +142,13 @@ def translate(options: Mapping[str, tuple[str, str]], *, path: str | None, mode:
     if fmt != "parquet" and stamp is not None:
         raise UsageError(f"option outputTimestampType is Parquet's; the format is {fmt}")
     timestamp_type = TimestampType.parse(stamp) if stamp is not None else None
+    txn = Txn.parse(pop(given, "txnAppId"), pop(given, "txnVersion"))
+    if txn is not None:
+        if settings.txn is not None and settings.txn != txn:
+            raise UsageError(f"options txnAppId/txnVersion ({txn.app_id!r}, {txn.version}) differ from the txn "
+                             f"argument ({settings.txn.app_id!r}, {settings.txn.version}): give one. Nothing was "
+                             "written.")
+        settings = dataclasses.replace(settings, txn=txn)
     overwrite = pop(given, "partitionOverwriteMode")
     if mode == "overwrite" and partition_by:
         # Spark replaces only the written partitions when the mode is dynamic, the write is an overwrite

@@ -130,6 +130,10 @@ def parse(options: Mapping[str, str], *, overwrite: bool, session: Recorder, str
     request = translate(rest, path=path, mode=mode, partition_by=list(partition_by), source=source, session=session,
                         settings=settings)
     _check_format_options(request)
+    if streaming and request.settings.txn is not None:
+        raise UsageError("options txnAppId/txnVersion are for batch writes (foreachBatch, a scheduled re-run): the "
+                         "streaming sink commits each micro-batch once by itself, as version batchId of its query. "
+                         "Leave them out. Nothing was written.")
     return SourceOptions(request, checkpoint)
 
 

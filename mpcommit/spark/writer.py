@@ -38,6 +38,7 @@ from ..protocol.commit import DEFAULT_COMMIT_THREADS, CommitReport
 from ..protocol.commit.committed import HandedOverResults
 from ..protocol.job import Job
 from ..protocol.records.manifest import InlineBudget, TaskResult, inline_parts_per_task
+from ..protocol.records.order import Txn
 from .compat import check_pyspark
 from .plan import StartedWrite, TaskHook, arrow_schema_of, plan_write
 from .request import Settings, WriteRequest
@@ -79,6 +80,7 @@ def write(
     catalog: "Catalog | str | None" = None,
     overwrite_bucket_root: bool = False,
     schema_mismatch: str | SchemaMismatch = "warn",
+    txn: Txn | None = None,
     _task_hook: TaskHook | None = None,
 ) -> CommitReport:
     """Write ``df`` to ``uri`` (``s3://``, ``s3a://`` or ``s3n://``) and commit it; return the commit report.
@@ -102,6 +104,11 @@ def write(
     overwriting partitions dynamically), one existing file's column types (a Parquet footer, a CSV header) are
     compared with this write's first: ``"warn"`` (a :class:`~mpcommit.spark.table_schema.SchemaMismatchWarning`
     naming each column and both types), ``"error"`` (``SchemaMismatchError``, nothing written) or ``"ignore"``.
+    ``txn``: the application version this write commits, ``Txn(app_id, version)`` (Delta Lake's ``txnAppId`` /
+    ``txnVersion``): a version the table committed already writes nothing and the report says so
+    (``duplicate_of``) -- a scheduler's re-run of a run that did commit, a ``foreachBatch`` batch replayed after a
+    restart (``Txn(query_name, batch_id)``); a version older than the newest committed for that application is
+    refused (``TxnVersionError``).
 
     The report gives the job id, the committed files, bytes, rows, partitions and timings (``write``: creating
     the job to the last task's result; ``merge``: the commit-time merge; ``commit``: the job commit).
@@ -109,7 +116,7 @@ def write(
     _check_dataframe(df)
     settings = Settings(s3=s3, merge=merge, table=table, catalog=catalog, max_open_writers=max_open_writers,
                         commit_threads=commit_threads, writer=writer, overwrite_bucket_root=overwrite_bucket_root,
-                        schema_mismatch=SchemaMismatch.parse(schema_mismatch))
+                        schema_mismatch=SchemaMismatch.parse(schema_mismatch), txn=txn)
     columns = partition_by if partition_by is None or isinstance(partition_by, str) else tuple(partition_by)
     # A table named: checked against the write before anything is written, its partition columns taken if not given.
     target = resolve_target(settings, path=uri, fmt=format.strip().lower() if isinstance(format, str) else format,

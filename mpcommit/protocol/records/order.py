@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from ...errors import ManifestCorruptError, ManifestScopeError
+from ...errors import ManifestCorruptError, ManifestScopeError, UsageError
 from ...modes import PartitionOverwrite, Purpose, WriteMode
 from ..layout import Table, paths_overlap
 from .base import Reader, check_kind, dumps, loads_object
@@ -220,6 +220,29 @@ class Txn:
 
     app_id: str
     version: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.app_id, str) or not self.app_id.strip() or len(self.app_id) > MAX_APP_ID:
+            raise UsageError(f"Txn app_id must be a non-empty string of at most {MAX_APP_ID} characters (one id per "
+                             f"application, the same on every run of it), got {self.app_id!r}")
+        if isinstance(self.version, bool) or not isinstance(self.version, int) or not 0 <= self.version < 2 ** 63:
+            raise UsageError(f"Txn version must be an integer from 0 (a run's number, a micro-batch's id, a date as "
+                             f"20261128), got {self.version!r}")
+
+    @classmethod
+    def parse(cls, app_id: str | None, version: str | None, *, given: str = "option") -> "Txn | None":
+        """A Txn from string options (Spark's ``txnAppId`` and ``txnVersion``): both or neither."""
+        if app_id is None and version is None:
+            return None
+        if app_id is None or version is None:
+            missing = "txnAppId" if app_id is None else "txnVersion"
+            raise UsageError(f"{given} {missing} is missing: txnAppId and txnVersion go together (the application "
+                             "and the version of it this write commits). Nothing was written.")
+        try:
+            number = int(version.strip())
+        except ValueError:
+            raise UsageError(f"{given} txnVersion must be an integer, got {version!r}. Nothing was written.") from None
+        return cls(app_id, number)
 
     def to_json(self) -> dict[str, Any]:
         return {"app": self.app_id, "version": self.version}
