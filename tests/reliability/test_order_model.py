@@ -45,16 +45,17 @@ def test_recorded_right_end_states_pass(name: str) -> None:
 @pytest.mark.parametrize("name, expected", [
     ("overwrite-append-no_replace", ["the visible rows are not the order's model", "no serial order"]),
     ("overwrite-compact-no_conflict", ["the visible rows are not the order's model", "no serial order"]),
-    ("oncall-run1-seed10", ["no serial order", "failed with CommitStateUnknownError, not a named conflict",
-                            "reported CommitStateUnknownError, and its place 5 ended committed",
-                            "reported CommitStateUnknownError, and its files are visible"]),
+    # Recorded before the checker judged jobs that lose their job (f9521f3): a job whose place ended committed
+    # counts among the successes whatever it reported, so only its CommitStateUnknownError -- in a trial where
+    # nothing pauses and no store fails, which must not happen -- is left of the four violations recorded.
+    ("oncall-run1-seed10", ["failed with CommitStateUnknownError, not a named conflict"]),
 ])
 def test_recorded_wrong_end_states_fail(name: str, expected: list[str]) -> None:
     state, jobs = recorded(name)
     verdict = check(state, jobs)
     for text in expected:
         assert any(text in v for v in verdict.violations), (text, verdict.violations)
-    assert verdict.violations == RECORDED[name]["recorded"]["violations"]  # the verdict the trial gave
+    assert set(verdict.violations) <= set(RECORDED[name]["recorded"]["violations"])  # within the trial's verdict
 
 
 def test_the_resurrected_rows_are_named() -> None:

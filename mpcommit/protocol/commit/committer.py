@@ -606,7 +606,11 @@ class JobCommitter:
         """For a job with no place left in the order and a free journal key: whether it committed and the order's
         collection has since deleted its place (its commit stopped in its cleanup, which frees the journal key
         first). Only a commit makes a job's files visible, and its task manifests name them: a few of those keys
-        are looked up (a job rolled back while writing has none visible; one with no manifest wrote nothing)."""
+        are looked up (a job rolled back while writing has none visible; one with no manifest wrote nothing). Never on
+        a store without conditional writes (its rollback deletes such files: :meth:`_remove_visible`), nor before
+        the order was first collected."""
+        if not self._conditional().create_only or self.order.view().through == 0:
+            return False
         reader = ManifestReader(self.store, self.destination, self.job_id)
         looked = 0
         for obj in self.store.list_objects(self.destination.bucket, self.paths.tasks):
