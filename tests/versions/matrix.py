@@ -178,14 +178,20 @@ def save(record: dict[str, Any]) -> None:
 
 
 def table(records: list[dict[str, Any]]) -> str:
-    """The README's table of what was run, in the order of :data:`COMBINATIONS`."""
+    """The README's table of what was run, in the order of :data:`COMBINATIONS`; a combination with no run
+    recorded yet is a row that says so, never left out."""
     order = {(c.python, c.pyspark): i for i, c in enumerate(COMBINATIONS)}
     rows = sorted(records, key=lambda r: order.get((minor(r["python"]), r["pyspark"]), len(order)))
+    run = {(minor(r["python"]), r["pyspark"]) for r in records}
     lines = ["| PySpark | Python | passed | skipped | failed | run on | minutes | note |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['pyspark']} | {r['python']} | {r['passed']} | {r['skipped']} | {r['failed']} | "
                      f"{r['date']} ({r['commit']}) | {r['seconds'] / 60:.0f} | {r.get('note') or ''} |")
+    for c in COMBINATIONS:
+        if (c.python, c.pyspark) not in run:
+            lines.append(f"| {c.pyspark} | {c.python} | - | - | - | not run yet | - | "
+                         f"`make test-matrix MATRIX_ARGS='--only {c.name}'` |")
     return "\n".join(lines)
 
 
