@@ -163,8 +163,10 @@ class SuccessData:
 # the names as they pass, holding one chunk at a time.
 _NAMES_START = b'"filenames":['
 #: One name of the list and the comma before it (a name cut by the chunk's end does not match: more is read).
-_NAME = re.compile(rb'\s*+,?+\s*+"(?:[^"\\]++|\\.)*+"')
-_SPACE = re.compile(rb"\s*+")
+#: The string is the unrolled loop ("plain run, then escape and plain run, ..."), whose parts cannot match the same
+#: bytes two ways: a name cut short fails in linear time. (Not possessive quantifiers: those are Python 3.11's.)
+_NAME = re.compile(rb'\s*(?:,\s*)?"[^"\\]*(?:\\.[^"\\]*)*"')
+_SPACE = re.compile(rb"\s*")
 #: How far into the file its names list must have started: every field before it is small.
 _HEAD_LIMIT = 1 << 20
 
