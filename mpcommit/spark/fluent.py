@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from ..errors import SparkWriterError, UsageError
 from ..formats.partitioning import DEFAULT_MAX_OPEN_WRITERS
 from ..modes import WriteMode
-from ..options import S3Options, WriterSettings
+from ..options import OrderSettings, S3Options, WriterSettings
 from ..protocol.commit import DEFAULT_COMMIT_THREADS, CommitReport
 from ..protocol.records.order import Txn
 from .request import (
@@ -69,6 +69,7 @@ def writer(
     overwrite_bucket_root: bool = False,
     schema_mismatch: str = "warn",
     txn: Txn | None = None,
+    order: OrderSettings | None = None,
 ) -> "DataFrameWriter":
     """``df.write`` for mpcommit: ``writer(df).mode(...).partitionBy(...).option(...).parquet(uri)``.
 
@@ -80,13 +81,15 @@ def writer(
     ``overwrite_bucket_root`` (allow an overwrite of a whole bucket, ``s3://bucket``) and ``schema_mismatch``
     (``"warn"``, ``"error"`` or ``"ignore"``: an append whose column types differ from the table's files) and
     ``txn`` (``Txn(app_id, version)``: a version committed already writes nothing; also as Delta Lake's options,
-    ``.option("txnAppId", app).option("txnVersion", n)``).
+    ``.option("txnAppId", app).option("txnVersion", n)``) and ``order`` (OrderSettings: the job's heartbeat and
+    the lease after which a silent earlier job is taken over).
     """
     _check_dataframe(df, "writer")
     return DataFrameWriter(df, Settings(s3=s3, merge=merge, table=table, catalog=catalog,
                                         max_open_writers=max_open_writers, commit_threads=commit_threads,
                                         writer=writer_settings, overwrite_bucket_root=overwrite_bucket_root,
-                                        schema_mismatch=SchemaMismatch.parse(schema_mismatch), txn=txn))
+                                        schema_mismatch=SchemaMismatch.parse(schema_mismatch), txn=txn,
+                                        order=order))
 
 
 class DataFrameWriter:

@@ -109,7 +109,8 @@ class PlannedWrite:
 
             target = check_target(s.table, _catalog(s, "glue"), s3=s.s3)
         job = Job(spec, descriptor, store=store_for(spec.s3), commit_threads=s.commit_threads,
-                  overwrite_bucket_root=s.overwrite_bucket_root, heartbeat=heartbeat and not spec.ignored)
+                  overwrite_bucket_root=s.overwrite_bucket_root, heartbeat=heartbeat and not spec.ignored,
+                  order=s.order)
         job.txn = s.txn  # the version its commit records (a duplicate was found at start: the job is ignored)
         return StartedWrite(self, job, target, task_hook=task_hook)
 
@@ -127,7 +128,7 @@ class PlannedWrite:
             check(*target, path=request.uri, fmt=self.fmt.name, partition_by=self.columns)
         job = Job.create(request.uri, mode=request.mode, partition_overwrite=request.partition_overwrite,
                          s3=s.s3, writer=s.writer, commit_threads=s.commit_threads,
-                         overwrite_bucket_root=s.overwrite_bucket_root, txn=s.txn)
+                         overwrite_bucket_root=s.overwrite_bucket_root, txn=s.txn, order=s.order)
         started = StartedWrite(self, job, target, task_hook=task_hook)
         if job.duplicate_of is not None:
             log.warning("%s: version %d of application %r was committed already, by job %s: nothing written (the "

@@ -22,7 +22,7 @@ from ..formats.base import TEXT_COMPRESSION
 from ..formats.parquet import PARQUET_COMPRESSION, TimestampType
 from ..formats.partitioning import DEFAULT_MAX_OPEN_WRITERS
 from ..modes import PartitionOverwrite, WriteMode
-from ..options import S3Options, WriterSettings
+from ..options import OrderSettings, S3Options, WriterSettings
 from ..protocol.commit import DEFAULT_COMMIT_THREADS
 from ..protocol.records.order import Txn
 from .table_schema import SchemaMismatch
@@ -79,8 +79,13 @@ class Settings:
     #: The application version this write commits (``Txn(app_id, version)``; options txnAppId and txnVersion):
     #: a write of a version the table committed already is a no-op that says so (CommitReport.duplicate_of).
     txn: Txn | None = None
+    #: How the job keeps its place in the table's commit order (heartbeat, lease, waits): OrderSettings.
+    order: OrderSettings | None = None
 
     def __post_init__(self) -> None:
+        if self.order is not None and not isinstance(self.order, OrderSettings):
+            raise UsageError(f"order must be None or an OrderSettings (from mpcommit.options import OrderSettings), "
+                             f"got {self.order!r}")
         if self.txn is not None and not isinstance(self.txn, Txn):
             raise UsageError(f"txn must be None or a Txn (from mpcommit import Txn; Txn('daily-load', 20261128)), "
                              f"got {self.txn!r}")

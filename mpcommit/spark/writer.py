@@ -33,7 +33,7 @@ import pyarrow as pa
 from ..errors import ExecutorEnvironmentError, UsageError
 from ..formats.partitioning import DEFAULT_MAX_OPEN_WRITERS
 from ..modes import PartitionOverwrite, WriteMode
-from ..options import S3Options, WriterSettings
+from ..options import OrderSettings, S3Options, WriterSettings
 from ..protocol.commit import DEFAULT_COMMIT_THREADS, CommitReport
 from ..protocol.commit.committed import HandedOverResults
 from ..protocol.job import Job
@@ -81,6 +81,7 @@ def write(
     overwrite_bucket_root: bool = False,
     schema_mismatch: str | SchemaMismatch = "warn",
     txn: Txn | None = None,
+    order: OrderSettings | None = None,
     _task_hook: TaskHook | None = None,
 ) -> CommitReport:
     """Write ``df`` to ``uri`` (``s3://``, ``s3a://`` or ``s3n://``) and commit it; return the commit report.
@@ -108,7 +109,9 @@ def write(
     ``txnVersion``): a version the table committed already writes nothing and the report says so
     (``duplicate_of``) -- a scheduler's re-run of a run that did commit, a ``foreachBatch`` batch replayed after a
     restart (``Txn(query_name, batch_id)``); a version older than the newest committed for that application is
-    refused (``TxnVersionError``).
+    refused (``TxnVersionError``). ``order``: how the job keeps its place in the table's commit order
+    (:class:`~mpcommit.options.OrderSettings`: heartbeat, the lease after which a silent earlier job is taken over,
+    the longest wait).
 
     The report gives the job id, the committed files, bytes, rows, partitions and timings (``write``: creating
     the job to the last task's result; ``merge``: the commit-time merge; ``commit``: the job commit).
@@ -116,7 +119,7 @@ def write(
     _check_dataframe(df)
     settings = Settings(s3=s3, merge=merge, table=table, catalog=catalog, max_open_writers=max_open_writers,
                         commit_threads=commit_threads, writer=writer, overwrite_bucket_root=overwrite_bucket_root,
-                        schema_mismatch=SchemaMismatch.parse(schema_mismatch), txn=txn)
+                        schema_mismatch=SchemaMismatch.parse(schema_mismatch), txn=txn, order=order)
     columns = partition_by if partition_by is None or isinstance(partition_by, str) else tuple(partition_by)
     # A table named: checked against the write before anything is written, its partition columns taken if not given.
     target = resolve_target(settings, path=uri, fmt=format.strip().lower() if isinstance(format, str) else format,

@@ -130,3 +130,39 @@ def test_the_data_source_takes_the_same_options(spark, moto_backend) -> None:  #
         frame(spark, 40).write.format("mpcommit").mode("append").options(**{**options, "txnVersion": "2"}).save(uri)
     assert ids(be, bucket) == list(range(20))
     assert_clean(be.client, bucket, "t")
+
+
+def test_a_foreach_batch_query_whose_driver_is_killed_in_commits_commits_every_row_once(moto_backend,  # noqa: ANN001
+                                                                                         tmp_path: Path) -> None:
+    """The same with real kills: the query's driver -- its JVM and Python workers with it -- SIGKILLed in batch
+    0's commit right after it wrote _SUCCESS (its place in the order not ended yet). Restarted, Spark replays batch
+    0, whose write waits for the dead driver's place (a lease: 4 s here), takes it over and finishes that commit --
+    and is killed again there, at that finish's first complete. A third run replays batch 0 once more: it takes the
+    twice-dead place over, finishes it, and is then a no-op saying so; batches 1-3 follow. Every row once, and
+    `recover` leaves nothing behind."""
+    from mpcommit import recover
+    from tests.spark.test_stream_kills import report_of, run_driver
+    from tests.spark.test_streaming import add_file
+
+    be, bucket = moto_backend, moto_backend.new_bucket()
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for n in range(4):
+        add_file(folder, n, range(n * 10, (n + 1) * 10))
+    config = {"endpoint": be.endpoint_url, "uri": f"s3://{bucket}/t", "input": str(folder),
+              "checkpoint": str(tmp_path / "cp"), "foreachBatch": "events-q",
+              "order": {"heartbeat_seconds": 1.0, "lease_seconds": 4.0}}
+    writes: list[dict[str, Any]] = []
+    for fault in ("commit.after_success:1:killgroup", "commit.after_complete:1:killgroup", None):
+        run = run_driver(config, fault)
+        writes += [json.loads(line) for line in run.stdout.splitlines() if line.startswith('{"write"')]
+        if fault is None:
+            assert report_of(run)["error"] is None
+        else:
+            assert run.returncode != 0, f"the driver was to be killed at {fault}"
+    # Printed after each write returned: batch 0's first two writes were killed before they could say so.
+    assert [w["write"] for w in writes] == [0, 1, 2, 3], writes
+    assert [w["duplicateOf"] is not None for w in writes] == [True, False, False, False], writes
+    assert ids(be, bucket) == list(range(40))
+    recover(f"s3://{bucket}/t", s3=be.options, older_than=0)
+    assert_clean(be.client, bucket, "t")
