@@ -10,7 +10,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-quick test-matrix test-seaweedfs install localstack-install s3a-install versitygw-install \
+.PHONY: demo test test-long test-quick test-matrix test-seaweedfs install localstack-install s3a-install versitygw-install \
 	seaweedfs-install stores-doc bench soak races clean
 
 demo: $(STAMP)
@@ -22,6 +22,12 @@ demo: $(STAMP)
 TEST_WORKERS ?= 2
 test: $(STAMP) localstack-install s3a-install versitygw-install
 	$(PY) -m pytest -n $(TEST_WORKERS) --durations=25 $(PYTEST_ARGS)
+
+# The long tier `make test` leaves out (tests/conftest.py, MPCOMMIT_TIER): the soak, the stream trials' other seeds,
+# the foreachBatch kill, listings of thousands of keys and the slow scenarios' cases on their other servers
+# (marked ci_on). About 18 minutes of a worker's time; run it before a release and when the protocol changes.
+test-long: $(STAMP) localstack-install s3a-install versitygw-install
+	MPCOMMIT_TIER=long $(PY) -m pytest -n $(TEST_WORKERS) --durations=25 $(PYTEST_ARGS)
 
 # The support matrix (README, "Supported versions"): the Spark tiers on each combination of PySpark and Python in a
 # venv of its own under .venv-matrix/ (tests/versions/matrix.py), one after another, niced, on moto; each run

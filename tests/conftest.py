@@ -1,7 +1,8 @@
 """Shared fixtures: real S3 backends for every test.
 
 Backends (all speak S3 over HTTP on 127.0.0.1):
-- ``moto``: moto's server in this process (:class:`mpcommit.demo.embedded_s3.EmbeddedS3Server`), started once per session.
+- ``moto``: moto's server (:class:`mpcommit.demo.embedded_s3.EmbeddedS3Server`) in a process of its own, started once
+  per session (in this process it would share the interpreter lock with the tests' threads).
 - ``localstack``: LocalStack 4.13.1 as a host process on a free port, started by the harness on first use
   (``localstack/start.sh``; its log is ``localstack/state/PORT/localstack.log``) and stopped at session end.
 - ``versitygw``, ``seaweedfs``: S3 servers written in Go (independent of the two Python emulators), built once per
@@ -14,7 +15,8 @@ Fixtures:
   ``seaweedfs``; each server's case carries its marker, so ``-m "not localstack"`` leaves LocalStack out). The Go
   servers join only in the tiers of :data:`GO_SERVER_TIERS` and never in a test that runs Spark: see the README.
 - ``server_backend``: as ``backend``, without moto: the servers that run as processes of their own.
-- ``moto_backend``, ``localstack_backend``, ``versitygw_backend``, ``seaweedfs_backend``: one backend each.
+- ``moto_backend``, ``localstack_backend``, ``versitygw_backend``, ``seaweedfs_backend``: one backend each;
+  ``moto_in_process_backend``: moto in this process, for a test that patches moto's own classes.
 - ``bucket``: a fresh bucket on ``backend``.
 - ``pyarrow_fs``: a ``pyarrow.fs.S3FileSystem`` on ``backend``, an independent C++ client to read data back.
 - ``spark``: the SparkSession every Spark test shares, made once (a JVM start costs about ten seconds) by
@@ -56,6 +58,21 @@ from tests.support.spark_tables import door_missing
 
 def pytest_configure(config: pytest.Config) -> None:
     selected_backends()  # fail early on a bad MPCOMMIT_TEST_BACKENDS
+    selected_tier()
+
+
+_LEFT_OUT = pytest.StashKey[tuple[str, int]]()  # (tier, tests left out), where collected
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    tier = selected_tier()
+    if tier == "all":
+        return
+    # Under pytest-xdist the workers collect, and this process does not know how many they left out.
+    count = config.stash.get(_LEFT_OUT, (tier, None))[1]
+    other = "the long tier (make test-long runs it)" if tier == "ci" else "the CI tier (make test runs it)"
+    terminalreporter.write_line(f"{TIER_ENV}={tier}: " + (f"{count} tests of {other} were left out" if count
+                                                           is not None else f"{other} was left out"))
 
 
 #: Tests that share a costly process started once per test session -- the standalone cluster, the Connect server --
@@ -76,7 +93,43 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return SharedProcessScheduling(config, log)
 
 
+#: Which tests a run takes: ``ci`` (``make test``, the CI gate) leaves out the long tier, ``long``
+#: (``make test-long``) runs only it, ``all`` both. The long tier: tests marked ``long`` -- the soak, the extra seeds
+#: of randomized trials, listings of thousands of keys on servers other than the one they are about -- and the
+#: other servers' cases of a slow scenario marked ``ci_on(server, ...)``, which CI runs on the servers named.
+TIER_ENV = "MPCOMMIT_TIER"
+TIERS = ("ci", "long", "all")
+
+
+def selected_tier() -> str:
+    tier = os.environ.get(TIER_ENV, "ci").strip().lower() or "ci"
+    if tier not in TIERS:
+        raise pytest.UsageError(f"{TIER_ENV}={tier!r}: choose among {', '.join(TIERS)}")
+    return tier
+
+
+def in_long_tier(item: pytest.Item) -> bool:
+    if item.get_closest_marker("long") is not None:
+        return True
+    ci_on = item.get_closest_marker("ci_on")
+    callspec = getattr(item, "callspec", None)
+    if ci_on is None or callspec is None:
+        return False
+    server = next((callspec.params[name] for name in ("backend", "server_backend", "backend_name", "server")
+                   if name in callspec.params), None)
+    # Only where CI has one of the named servers: with MPCOMMIT_TEST_BACKENDS=moto the moto case stays.
+    return server is not None and server not in ci_on.args and bool(set(ci_on.args) & set(selected_backends()))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tier = selected_tier()
+    if tier != "all":
+        kept = [item for item in items if in_long_tier(item) == (tier == "long")]
+        left_out = [item for item in items if in_long_tier(item) != (tier == "long")]
+        if left_out:
+            config.hook.pytest_deselected(items=left_out)
+            items[:] = kept
+        config.stash[_LEFT_OUT] = (tier, len(left_out))
     # Tests that use a server directly get its marker too, so that -m "not localstack" leaves them out.
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
@@ -129,6 +182,16 @@ def moto_server() -> Iterator[ServerHandle]:
 
 
 @pytest.fixture(scope="session")
+def moto_in_process_server() -> Iterator[ServerHandle]:
+    """moto in this process, for the tests that patch its classes (the trials' atomic conditional writes)."""
+    handle = start_moto(in_process=True)
+    try:
+        yield handle
+    finally:
+        handle.stop()
+
+
+@pytest.fixture(scope="session")
 def localstack_server() -> Iterator[ServerHandle]:
     """LocalStack on a free port; only started when a test needs it."""
     if "localstack" not in selected_backends():
@@ -173,6 +236,11 @@ def _moto_backend_session(moto_server: ServerHandle) -> Backend:
 
 
 @pytest.fixture(scope="session")
+def _moto_in_process_backend_session(moto_in_process_server: ServerHandle) -> Backend:
+    return make_backend("moto", moto_in_process_server)
+
+
+@pytest.fixture(scope="session")
 def _localstack_backend_session(localstack_server: ServerHandle) -> Backend:
     return make_backend("localstack", localstack_server)
 
@@ -212,6 +280,11 @@ def server_backend(request: pytest.FixtureRequest) -> Backend:
 @pytest.fixture
 def moto_backend(_moto_backend_session: Backend) -> Backend:
     return _moto_backend_session
+
+
+@pytest.fixture
+def moto_in_process_backend(_moto_in_process_backend_session: Backend) -> Backend:
+    return _moto_in_process_backend_session
 
 
 @pytest.fixture

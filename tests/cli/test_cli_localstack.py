@@ -27,6 +27,7 @@ THRESHOLD_SECONDS = 7
 THRESHOLD = f"{THRESHOLD_SECONDS}s"
 
 
+@pytest.mark.ci_on("localstack")
 def test_age_cutoff_live_jobs_and_committing_jobs_on_one_prefix(server_backend):
     """One prefix holding everything an hourly cleanup meets: old and young orphans, a live job that has been
     writing for longer than the threshold, a job whose commit was interrupted, and a sibling table."""

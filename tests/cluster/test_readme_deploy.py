@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.support.backends import Backend
 from tests.support.spark_tables import data_keys, read_table, s3_filesystem
 from tests.support.spark_cluster import StandaloneCluster
@@ -43,6 +45,7 @@ spark.stop()
 """
 
 
+@pytest.mark.long
 def test_the_readme_wheel_in_a_packed_env_writes_on_the_cluster(cluster: StandaloneCluster, cluster_backend: Backend,
                                                                 tmp_path: Path) -> None:
     deploying = section("Deploying to a cluster")

@@ -7,10 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.soak.soak import Settings, Soak, summary
 from tests.support.spark_cluster import StandaloneCluster
 
 
+@pytest.mark.long
 def test_a_minute_of_everything_at_once(spark_cluster: StandaloneCluster, cluster_backend: Any,
                                         tmp_path: Path) -> None:
     spark_cluster.ensure_workers()

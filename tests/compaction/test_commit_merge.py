@@ -148,6 +148,7 @@ def test_parquet_staged_files_are_rewritten(backend, bucket) -> None:
 # ------------------------------------------------------------------ crashes and recovery
 @pytest.mark.parametrize("point", ["commit.after_journal", "commit.after_complete", "commit.before_success",
                                    "commit.during_cleanup"])
+@pytest.mark.ci_on("localstack")
 def test_crash_after_the_journal_then_recover(backend, bucket, point: str) -> None:
     tasks = dataset()
     job = Job.create(f"s3://{bucket}/t", s3=backend.options, writer=SETTINGS)

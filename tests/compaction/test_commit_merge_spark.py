@@ -52,6 +52,7 @@ def data_files(backend: Any, bucket: str, prefix: str) -> dict[str, list[str]]:
     return by_partition
 
 
+@pytest.mark.ci_on("localstack")
 def test_parquet_json_and_csv_merged_before_they_are_visible(spark, backend, bucket) -> None:
     from mpcommit.spark import write
 

@@ -273,6 +273,7 @@ def cli(backend, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, env=env, timeout=300)
 
 
+@pytest.mark.ci_on("localstack")
 def test_cli(backend, bucket) -> None:
     json_dataset(backend, bucket)
     dry = cli(backend, "compact", f"s3://{bucket}/t", "--small-file-avg", "5MB", "--dry-run", "--json")

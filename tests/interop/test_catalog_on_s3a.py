@@ -42,6 +42,7 @@ def observed(localstack_backend: Backend, tmp_path: Path) -> dict[str, Any]:
     return result
 
 
+@pytest.mark.long
 def test_a_write_with_table_registers_its_partitions_in_hive_on_s3a(observed: dict[str, Any]) -> None:
     assert observed["catalogImplementation"] == "hive"
     first = observed["first"]

@@ -83,6 +83,7 @@ def test_the_reported_scenario_lists_every_file_and_the_overwrite_leaves_only_th
     assert len(report.filenames) == 3
 
 
+@pytest.mark.ci_on("localstack", "versitygw")
 def test_keys_with_percent_spaces_and_unicode_past_two_pages(backend, bucket):
     """2,100 files written by someone else under partition values that need escaping: the store lists them
     all, so does compaction, and a dynamic overwrite of one partition replaces exactly that partition's files."""
@@ -110,6 +111,7 @@ def test_keys_with_percent_spaces_and_unicode_past_two_pages(backend, bucket):
     assert visible_keys(backend.client, bucket, "t") == (set(keys) - replaced) | set(report.filenames)
 
 
+@pytest.mark.ci_on("localstack", "versitygw")
 def test_jobs_list_and_show_see_every_record_of_a_prefix_holding_equals_signs(backend, bucket):
     """A destination below 'db=1/': every record key holds '='. 1,100 task attempts of one job leave 1,102
     records (descriptor, the driver's heartbeat and manifests); `jobs list` counts them all, `show` reports the

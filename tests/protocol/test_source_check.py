@@ -58,6 +58,7 @@ def check(backend, bucket: str, sources: dict[str, str], *, merged: tuple[str, .
     return kept, gone, Counter(store.request_counts()), recording
 
 
+@pytest.mark.ci_on("localstack")
 def test_a_directory_of_many_sources_costs_one_listing_not_a_head_each(backend) -> None:
     """200 sources in dt=1 among other files before, between (a sub-folder of 1,100 files in the middle of their
     key range) and after them: one ListObjectsV2 page. dt=2's three sources: three HEADs."""
@@ -76,6 +77,7 @@ def test_a_directory_of_many_sources_costs_one_listing_not_a_head_each(backend) 
     assert params["Prefix"] == "t/dt=1/part-00" and params["Delimiter"] == "/"
 
 
+@pytest.mark.ci_on("localstack")
 def test_sources_at_a_table_root_never_list_its_partitions(backend) -> None:
     """Sources in the table's root folder, named on both sides of its partition folders (dt=..., 1,200 files in
     all): their listing is of the root's own children, one page, never of every partition below it."""
@@ -112,6 +114,7 @@ def test_a_changed_or_missing_source_still_marks_its_directory_gone(backend) -> 
     assert counts == {"list_objects_v2": 4, "head_object": 1}, counts
 
 
+@pytest.mark.ci_on("localstack")
 def test_sources_spread_thin_among_other_files_are_headed_past_the_page_budget(backend) -> None:
     """20 sources, one before 1,200 other files and 19 after them: the listing reads its one page (one per
     SOURCES_PER_PAGE sources) and stops; the 19 sources past that page get a HEAD each, and a missing one among
@@ -144,6 +147,7 @@ def test_listing_and_heads_agree(backend, monkeypatch, threads: int) -> None:
     assert answers[0] == answers[1] and answers[0][1] == frozenset({"t/dt=0", "t/dt=1"})
 
 
+@pytest.mark.ci_on("localstack")
 def test_a_directory_of_more_sources_than_a_page_costs_a_listing_page_per_thousand(backend) -> None:
     """1,100 sources: two pages, read to the end of the range, and no HEAD."""
     bucket = backend.new_bucket("mpc-srccheck")

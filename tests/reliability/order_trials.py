@@ -1013,7 +1013,7 @@ def serve_moto(as_is: bool = False) -> None:
     with contextlib.ExitStack() as stack:
         if not as_is:
             stack.enter_context(atomic_conditional_writes_on_moto())
-        server = start_moto()
+        server = start_moto(in_process=True)
         print(server.endpoint_url, flush=True)
         sys.stdin.read()
         server.stop()
@@ -1064,7 +1064,7 @@ class Servers:
         if self.name == "moto" and not self.moto_as_is:
             self._atomic = atomic_conditional_writes_on_moto()
             self._atomic.__enter__()
-        self.server = (start_moto() if self.name == "moto" else start_localstack() if self.name == "localstack"
+        self.server = (start_moto(in_process=True) if self.name == "moto" else start_localstack() if self.name == "localstack"
                        else start_go_server(self.name))
         self.network = S3Network(self.server.endpoint_url, S3_LIKE).start()
         return self

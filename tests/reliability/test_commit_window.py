@@ -55,6 +55,7 @@ def test_the_commit_keeps_more_completes_in_flight_than_threads_without_a_thread
     assert pending_uploads(backend.client, bucket, "t") == []
 
 
+@pytest.mark.ci_on("localstack", "versitygw")
 @pytest.mark.parametrize("transport", ["crt", "boto3"])
 def test_slowdowns_on_completes_deletes_and_aborts_are_absorbed_each_refused_request_sent_again(backend, transport):
     """An overwrite through a store that answers SlowDown to a third of its completes, DeleteObjects and aborts:

@@ -154,6 +154,7 @@ def _uploads_of_task_zero(scene: Scene) -> list[tuple[str, str]]:
     return [u for u in job_uploads(scene.client, scene.bucket, plan.JOB_ID, "t") if "/part-00000-" in u[0]]
 
 
+@pytest.mark.ci_on("localstack")
 @pytest.mark.parametrize("backend_name, how, point, follow_up", _cases(("retry", "abort")))
 def test_fault_matrix(request, backend_name, how, point, follow_up):
     backend = request.getfixturevalue(f"{backend_name}_backend")

@@ -382,6 +382,7 @@ def test_hostile_order_records_are_ignored_by_name(moto_backend, caplog, monkeyp
     assert sorted(diagnosis.order_strays) == sorted(f"s3://{bucket}/{k}" for k in order.view().strays)
 
 
+@pytest.mark.ci_on("localstack")
 def test_a_dead_append_does_not_stop_the_order_from_being_collected(backend):
     """Scenario 6: an append killed after taking its place is never waited for (appends do not wait), so before
     this its open place kept the order from being collected for ever: two records more per job, every job

@@ -159,6 +159,7 @@ def _check_victims_intact(backend, v: Victims, before) -> None:
     *[(c, d) for c in sorted(MANIFEST_CASES) for d in ("stored", "inline") if not (d == "inline" and c in NOT_JSON)],
     localstack={("key-with-dotdot", "stored"), ("another-bucket", "inline"), ("truncated-json", "stored"),
                 ("duplicated-entry", "inline")}))
+@pytest.mark.ci_on("localstack")
 def test_a_hostile_manifest_is_refused_and_nothing_is_completed_or_deleted(request, backend_name, case, delivery):
     backend = request.getfixturevalue(f"{backend_name}_backend")
     mutate, error, words = MANIFEST_CASES[case]

@@ -108,6 +108,7 @@ def _lines(backend, bucket: str) -> list[bytes]:
     return sorted(b"".join(dataset(backend.client, bucket, "t").values()).splitlines())
 
 
+@pytest.mark.ci_on("localstack")
 @pytest.mark.parametrize("check", ["head", "list"])
 @pytest.mark.parametrize("point", ["commit.after_journal", "commit.after_complete"])
 def test_an_overwrite_between_an_interrupted_compaction_and_its_recovery(backend, point, check, monkeypatch):

@@ -268,7 +268,7 @@ def test_a_recover_beside_a_live_driver_waits_for_its_commit_instead_of_completi
 
 
 # ---------------------------------------------------------------- the test server's own race
-def test_moto_can_let_two_jobs_take_one_place_and_the_trials_lock_stops_it(moto_backend, monkeypatch):
+def test_moto_can_let_two_jobs_take_one_place_and_the_trials_lock_stops_it(moto_in_process_backend, monkeypatch):
     """Not mpcommit's: moto 5.2 checks If-None-Match and then writes, holding nothing in between, so two
     requests creating one key at once can both succeed -- and two jobs both take one place in the order (the
     second long run's first moto failure: two appends at place 4, one entry left, the other job's rows visible
@@ -279,7 +279,7 @@ def test_moto_can_let_two_jobs_take_one_place_and_the_trials_lock_stops_it(moto_
 
     from tests.reliability.order_trials import atomic_conditional_writes_on_moto
 
-    backend = moto_backend
+    backend = moto_in_process_backend  # patched below: moto's classes in this process
     table = Table(backend.new_bucket("mpc-races"), "t")
     store = S3Store(backend.options)
     key = TableOrder(store, table).entry_key(1)

@@ -42,10 +42,12 @@ def _harness(backend: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 
 
 @pytest.fixture(scope="module")
-def moto_trials(_moto_backend_session: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
+def moto_trials(_moto_in_process_backend_session: Any,
+                tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
     # moto's conditional writes are not atomic; S3's and LocalStack's are (order_trials.py says why it matters).
+    # The lock patches moto's classes, so this moto runs in this process.
     with atomic_conditional_writes_on_moto():
-        yield from _harness(_moto_backend_session, tmp_path_factory)
+        yield from _harness(_moto_in_process_backend_session, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

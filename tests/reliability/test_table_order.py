@@ -236,6 +236,7 @@ def kill_overwrite(backend, bucket: str, point: str) -> str:
     return plan.JOB_ID
 
 
+@pytest.mark.ci_on("localstack")
 @pytest.mark.parametrize("point", ["commit.after_journal:1", "commit.after_complete:2"])
 def test_the_on_call_night_a_killed_overwrite_its_rerun_and_recover(backend, point):
     """Y (overwrite) is SIGKILLed after its journal (or two files into its completes); the scheduler re-runs the

@@ -44,6 +44,8 @@ STOPS = (
 )
 BATCHES = 6
 SEEDS = range(8)
+#: The seeds make test runs; the others are in the long tier (make test-long).
+CI_SEEDS = 2
 
 
 class Died(BaseException):
@@ -244,7 +246,7 @@ def check_table(backend: Any, bucket: str, query: Query, seed: int, story: list[
     assert orjson.loads(read_object(backend.client, bucket, progress[0]))["lastBatchId"] == BATCHES - 1, why
 
 
-@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("seed", [pytest.param(seed, marks=() if seed < CI_SEEDS else pytest.mark.long) for seed in SEEDS])
 def test_every_micro_batch_is_in_the_table_once_whatever_stops_and_wakes(moto_backend, seed, tmp_path) -> None:  # noqa: ANN001
     real = streaming._batch_of_task, tasks.task_numbers
     try:

@@ -77,6 +77,7 @@ def lose_commit_log(checkpoint: Path, batch: int) -> None:
     assert not (checkpoint / "commits" / str(batch)).exists()
 
 
+@pytest.mark.ci_on("localstack")
 @pytest.mark.parametrize("server", ["moto", pytest.param("localstack", marks=pytest.mark.localstack)])
 def test_each_micro_batch_is_committed_exactly_once_across_replays(source, server, request, tmp_path) -> None:  # noqa: ANN001, F811
     # The sink's record is rewritten with conditional writes, and replays list the table's job records: on moto

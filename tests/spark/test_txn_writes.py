@@ -132,6 +132,7 @@ def test_the_data_source_takes_the_same_options(spark, moto_backend) -> None:  #
     assert_clean(be.client, bucket, "t")
 
 
+@pytest.mark.long
 def test_a_foreach_batch_query_whose_driver_is_killed_in_commits_commits_every_row_once(moto_backend,  # noqa: ANN001
                                                                                          tmp_path: Path) -> None:
     """The same with real kills: the query's driver -- its JVM and Python workers with it -- SIGKILLed in batch

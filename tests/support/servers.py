@@ -1,6 +1,7 @@
 """Real S3 servers for the tests.
 
-- moto: :class:`mpcommit.demo.embedded_s3.EmbeddedS3Server`, in this process (see :func:`start_moto`).
+- moto: :class:`mpcommit.demo.embedded_s3.EmbeddedS3Server`, in a process of its own (see :func:`start_moto`), or
+  in this one for a test that patches moto itself.
 - LocalStack 4.13.1: a separate host process managed by ``localstack/start.sh`` / ``stop.sh``
   (see :func:`start_localstack`). Its state and log live in ``localstack/state/PORT/``.
 - versitygw and SeaweedFS: S3 servers written in Go, built once per machine by ``s3servers/install.sh`` into
@@ -15,6 +16,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -111,10 +113,41 @@ def start_localstack(port: int | None = None, *, timeout: float = 300.0, watch_t
     )
 
 
-def start_moto() -> ServerHandle:
-    """Start moto's S3 server in this process (:class:`~mpcommit.demo.embedded_s3.EmbeddedS3Server`)."""
-    server = EmbeddedS3Server().start()
-    return ServerHandle(name="moto", endpoint_url=server.endpoint_url, port=server.port, _stop=server.stop)
+def start_moto(*, in_process: bool = False) -> ServerHandle:
+    """Start moto's S3 server (:class:`~mpcommit.demo.embedded_s3.EmbeddedS3Server`) in a process of its own, or
+    with ``in_process`` in this one (for a test that patches moto's classes).
+
+    Its own process by default: in this one, moto's request handling shares the interpreter lock with the test's
+    threads and its Spark driver, and the two take turns on one core. Measured on this suite's hosts: 2,100 puts
+    from 16 threads took 23.8 s in the process and 15.1 s in a process of its own.
+    """
+    if in_process:
+        server = EmbeddedS3Server().start()
+        return ServerHandle(name="moto", endpoint_url=server.endpoint_url, port=server.port, _stop=server.stop)
+    proc = subprocess.Popen([sys.executable, "-c", "from tests.support.servers import serve_moto; serve_moto()"],
+                            cwd=REPO_ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            preexec_fn=die_with_parent)
+    endpoint = proc.stdout.readline().strip()  # type: ignore[union-attr]
+    if not endpoint.startswith("http"):
+        proc.kill()
+        raise RuntimeError(f"moto's S3 server did not start in its own process (it said {endpoint!r})")
+
+    def stop() -> None:
+        proc.stdin.close()  # type: ignore[union-attr]  # serve_moto returns when its stdin closes
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(30)
+
+    return ServerHandle(name="moto", endpoint_url=endpoint, port=int(endpoint.rsplit(":", 1)[1]), _stop=stop)
+
+
+def serve_moto() -> None:
+    """The process :func:`start_moto` starts: moto's server, its address on stdout, serving until stdin closes."""
+    with EmbeddedS3Server() as server:
+        print(server.endpoint_url, flush=True)
+        sys.stdin.read()
 
 
 # -- the Go servers (s3servers/) ---------------------------------------------------------------------------------

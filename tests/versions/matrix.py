@@ -123,7 +123,9 @@ def run(combination: Combination, *, note: str = "", pytest_args: list[str] | No
         [str(python), "-c", "import json, platform, pyspark; print(json.dumps([platform.python_version(), "
          "pyspark.__version__]))"], check=True, capture_output=True, text=True).stdout)
     report = combination.venv / "junit.xml"
-    env = {**os.environ, "MPCOMMIT_TEST_BACKENDS": "moto", "PYTHONDONTWRITEBYTECODE": "1"}
+    # Both tiers (MPCOMMIT_TIER=all): the long tier's Spark tests -- the foreachBatch kill, the stream trials' other
+    # seeds -- are what a version's change would break first.
+    env = {**os.environ, "MPCOMMIT_TEST_BACKENDS": "moto", "MPCOMMIT_TIER": "all", "PYTHONDONTWRITEBYTECODE": "1"}
     env.pop("CI", None)  # the S3A jars are the default venv's Hadoop's: their tests skip here, and must not fail
     started = time.monotonic()
     done = subprocess.run(["nice", "-n", "10", str(python), "-m", "pytest", "-n", "0", "-p", "no:cacheprovider", "-q",
@@ -133,7 +135,7 @@ def run(combination: Combination, *, note: str = "", pytest_args: list[str] | No
     record = {
         "python": versions[0], "pyspark": versions[1], "date": datetime.date.today().isoformat(),
         **counts, "seconds": round(seconds), "exit": done.returncode, "commit": commit(), "note": note,
-        "tiers": list(TIERS), "args": pytest_args or [],
+        "tiers": list(TIERS), "tier": env["MPCOMMIT_TIER"], "args": pytest_args or [],
     }
     save(record)
     return record
