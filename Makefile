@@ -25,7 +25,7 @@ test: $(STAMP) localstack-install s3a-install versitygw-install
 
 # The long tier `make test` leaves out (tests/conftest.py, MPCOMMIT_TIER): the soak, the stream trials' other seeds,
 # the foreachBatch kill, listings of thousands of keys and the slow scenarios' cases on their other servers
-# (marked ci_on). About 18 minutes of a worker's time; run it before a release and when the protocol changes.
+# (marked ci_on). About 17.5 minutes of a worker's time; run it before a release and when the protocol changes.
 test-long: $(STAMP) localstack-install s3a-install versitygw-install
 	MPCOMMIT_TIER=long $(PY) -m pytest -n $(TEST_WORKERS) --durations=25 $(PYTEST_ARGS)
 

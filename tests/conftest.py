@@ -108,24 +108,43 @@ def selected_tier() -> str:
     return tier
 
 
-def in_long_tier(item: pytest.Item) -> bool:
-    if item.get_closest_marker("long") is not None:
-        return True
-    ci_on = item.get_closest_marker("ci_on")
+def _server_of(item: pytest.Item) -> tuple[str | None, tuple[Any, ...]]:
+    """The server a case runs on (its backend parameter) and its other parameters, by which its siblings on other
+    servers are found."""
     callspec = getattr(item, "callspec", None)
-    if ci_on is None or callspec is None:
-        return False
-    server = next((callspec.params[name] for name in ("backend", "server_backend", "backend_name", "server")
-                   if name in callspec.params), None)
-    # Only where CI has one of the named servers: with MPCOMMIT_TEST_BACKENDS=moto the moto case stays.
-    return server is not None and server not in ci_on.args and bool(set(ci_on.args) & set(selected_backends()))
+    if callspec is None:
+        return None, ()
+    name = next((n for n in ("backend", "server_backend", "backend_name", "server") if n in callspec.params), None)
+    others = tuple(sorted((k, repr(v)) for k, v in callspec.params.items() if k != name))
+    return (callspec.params[name] if name else None), others
+
+
+def long_tier(items: list[pytest.Item]) -> set[str]:
+    """The node ids of the long tier among ``items``: those marked ``long``, and each case of a ``ci_on`` scenario
+    on a server not named -- only where the same case (its other parameters equal) runs on a server named, so that
+    CI never loses a case, and with MPCOMMIT_TEST_BACKENDS=moto the moto cases stay."""
+    long = {item.nodeid for item in items if item.get_closest_marker("long") is not None}
+    on_ci_servers: set[tuple[Any, ...]] = set()
+    for item in items:
+        marker = item.get_closest_marker("ci_on")
+        server, others = _server_of(item)
+        if marker is not None and server in marker.args:
+            on_ci_servers.add((item.originalname, item.path, others))  # type: ignore[attr-defined]
+    for item in items:
+        marker = item.get_closest_marker("ci_on")
+        server, others = _server_of(item)
+        if (marker is not None and server is not None and server not in marker.args
+                and (item.originalname, item.path, others) in on_ci_servers):  # type: ignore[attr-defined]
+            long.add(item.nodeid)
+    return long
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     tier = selected_tier()
     if tier != "all":
-        kept = [item for item in items if in_long_tier(item) == (tier == "long")]
-        left_out = [item for item in items if in_long_tier(item) != (tier == "long")]
+        long = long_tier(items)
+        kept = [item for item in items if (item.nodeid in long) == (tier == "long")]
+        left_out = [item for item in items if (item.nodeid in long) != (tier == "long")]
         if left_out:
             config.hook.pytest_deselected(items=left_out)
             items[:] = kept

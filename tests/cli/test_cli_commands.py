@@ -22,6 +22,7 @@ from tests.support.checks import pending_uploads
 from tests.support.cli import Run, assert_clean_error, cli, cli_env, data_key, mpcommit_command, run, start_uploads
 
 
+@pytest.mark.ci_on("localstack")
 def test_sibling_prefixes_are_folders_unless_string_prefix_is_asked_for(backend, bucket):
     mpcommit = cli(backend)
     client = backend.client

@@ -62,6 +62,7 @@ def _interrupted(backend, bucket: str) -> str:
     return plan.JOB_ID
 
 
+@pytest.mark.ci_on("localstack")
 def test_an_overwrite_after_an_interrupted_commit_finishes_it_first_then_replaces_it(backend):
     bucket = backend.new_bucket("mpc-inter")
     backend.client.put_object(Bucket=bucket, Key="t/dt=0/old.txt", Body=b"old\n")

@@ -268,6 +268,7 @@ def test_recover_first_then_the_rerun_replaces_what_recover_finished(backend):
 
 
 # ---------------------------------------------------------------- recoveries racing each other and the driver
+@pytest.mark.ci_on("localstack")
 def test_recoveries_racing_each_other_end_with_one_finisher(backend):
     """Three `recover` runs at once on a job killed mid-commit: one finishes it, the others say another process
     did (none fails); the table is the job's, once."""
@@ -321,6 +322,7 @@ def test_a_turn_left_by_a_killed_recover_on_this_host_is_taken_at_once(backend):
     check_committed(backend.client, bucket, "t", y, plan.expected({t: 0 for t in range(plan.TASKS)}))
 
 
+@pytest.mark.ci_on("localstack")
 def test_a_turn_held_elsewhere_is_waited_for_until_its_heartbeat_is_silent_for_a_lease(backend):
     """A turn held by another host's `recover` is not taken while the job's heartbeat might still change; once it
     stays the same for a lease, the holder is taken for dead and this run finishes the job."""

@@ -108,6 +108,7 @@ def test_twenty_percent_faults_on_every_request_class_give_the_identical_dataset
     pytest.param("versitygw", (Fault.DROP_AFTER,), marks=pytest.mark.versitygw, id="versitygw-applied-answer-lost"),
     pytest.param("moto", (Fault.SLOW_DOWN, Fault.INTERNAL_ERROR, Fault.DROP), id="moto-not-applied"),
 ])
+@pytest.mark.ci_on("localstack", "versitygw")
 def test_every_request_failing_once_gives_the_identical_dataset(request, backend_name, kinds):
     """Each request's first attempt fails, on every request class. With DROP_AFTER the server applied it and
     the answer was lost, so every create, part, complete, put, delete and abort really happens twice."""
