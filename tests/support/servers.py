@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 from mpcommit.demo.embedded_s3 import EmbeddedS3Server
-from tests.support.processes import die_with_parent
+from tests.support.processes import dying_with_parent
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LOCALSTACK_DIR = REPO_ROOT / "localstack"
@@ -124,9 +124,10 @@ def start_moto(*, in_process: bool = False) -> ServerHandle:
     if in_process:
         server = EmbeddedS3Server().start()
         return ServerHandle(name="moto", endpoint_url=server.endpoint_url, port=server.port, _stop=server.stop)
-    proc = subprocess.Popen([sys.executable, "-c", "from tests.support.servers import serve_moto; serve_moto()"],
-                            cwd=REPO_ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                            preexec_fn=die_with_parent)
+    args, preexec = dying_with_parent(
+        [sys.executable, "-c", "from tests.support.servers import serve_moto; serve_moto()"])
+    proc = subprocess.Popen(args, cwd=REPO_ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            preexec_fn=preexec)
     endpoint = proc.stdout.readline().strip()  # type: ignore[union-attr]
     if not endpoint.startswith("http"):
         proc.kill()
@@ -220,9 +221,10 @@ def start_go_server(tool: str, *, timeout: float = 120.0) -> ServerHandle:
         port, extra = free_port(), []
     (data / "store").mkdir()
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([str(S3SERVERS_DIR / "start.sh"), tool, str(port), str(data / "store"), *extra],
-                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                preexec_fn=die_with_parent, start_new_session=True)
+        args, preexec = dying_with_parent([str(S3SERVERS_DIR / "start.sh"), tool, str(port), str(data / "store"),
+                                           *extra])
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                preexec_fn=preexec, start_new_session=True)
 
     def stop() -> None:
         if proc.poll() is None:

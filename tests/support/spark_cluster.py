@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.support.processes import die_with_parent
+from tests.support.processes import dying_with_parent
 from tests.support.servers import free_port
 from tests.support.spark_s3a import JVM_OPTIONS
 
@@ -174,10 +174,10 @@ class StandaloneCluster:
         return env
 
     def _launch(self, args: list[str], host: str, log: Path) -> subprocess.Popen:
+        command, preexec = dying_with_parent([self._spark_class, *args])
         with open(log, "ab") as out:
-            return subprocess.Popen([self._spark_class, *args], env=self._env(host), stdout=out,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                                    preexec_fn=die_with_parent)
+            return subprocess.Popen(command, env=self._env(host), stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=preexec)
 
     def start(self, timeout: float = 180.0) -> "StandaloneCluster":
         self.root.mkdir(parents=True, exist_ok=True)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.support.processes import die_with_parent
+from tests.support.processes import dying_with_parent
 from tests.support.servers import free_port
 from tests.support.spark_s3a import JVM_CONF
 
@@ -140,8 +140,9 @@ def start_connect_server(*, conf: dict[str, str], env: dict[str, str], log: Path
     log.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with log.open("wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   cwd=log.parent, preexec_fn=die_with_parent,
+        args, preexec = dying_with_parent(command)
+        process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   cwd=log.parent, preexec_fn=preexec,
                                    env={**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",
                                         **env})
     server = ConnectServer(f"sc://127.0.0.1:{port}", port, process, log, 0.0)
