@@ -163,6 +163,17 @@ class CommitFailedError(MpcommitError):
     """The commit definitely did not happen: nothing was made visible, cleanup is safe."""
 
 
+class WaitedTooLongError(CommitFailedError):
+    """A job waited its max wait (OrderSettings.max_wait_seconds) for a live earlier job of its table and gave up
+    before its journal: not committed, nothing of it visible."""
+
+    def __init__(self, message: str, *, job_id: str, blocker: str, waited: float):
+        super().__init__(message)
+        self.job_id = job_id
+        self.blocker = blocker
+        self.waited = waited
+
+
 class CommitConflictError(CommitFailedError):
     """Another job on the table, earlier in its commit order, changed what this job was built from (a compaction
     whose sources an overwrite replaced): this job was not committed, nothing of it is visible."""

@@ -4,6 +4,7 @@ A setting that cannot work raises UsageError, which is a ValueError too."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -147,8 +148,12 @@ class OrderSettings:
     an earlier one (an overwrite waits for every earlier job touching what it replaces) takes the earlier job
     for dead once its heartbeat has not changed for ``lease_seconds`` of the waiter's own observation (no two
     hosts' clocks are compared), and then finishes or rolls it back itself, as ``mpcommit jobs recover`` would.
-    ``max_wait_seconds`` bounds the wait for live jobs (None: as long as they are alive); past it the waiting
-    commit fails, naming the job it waited for.
+    ``max_wait_seconds`` bounds the wait for live jobs (None or ``math.inf``, the default: as long as they are
+    alive). Past it a job that waited before its journal (a versioned write behind its application's earlier one)
+    fails, naming the job it waited for, with nothing of its own visible; an overwrite, which waits after its
+    journal, stops with CommitStateUnknownError: it is finished once that job has ended, by ``recover`` or the next
+    job that waits for it. (Not bounded by default for that reason: a bound would turn every long wait of an
+    overwrite into an unknown outcome until the wait is moved before the journal.)
     """
 
     heartbeat_seconds: float = 10.0
@@ -167,9 +172,24 @@ class OrderSettings:
         if self.lease_seconds < 2 * self.heartbeat_seconds:
             raise UsageError("OrderSettings.lease_seconds must be at least twice heartbeat_seconds, or a live job "
                              "could be taken for dead between two beats")
-        if self.max_wait_seconds is not None and self.max_wait_seconds < 0:
+        if self.max_wait_seconds is None:  # for ever
+            object.__setattr__(self, "max_wait_seconds", math.inf)
+        if self.max_wait_seconds < 0:
             raise UsageError("OrderSettings.max_wait_seconds cannot be negative")
         if self.keep_resolved < 10:
             raise UsageError("OrderSettings.keep_resolved must be at least 10")
         if self.tidy_every < 1:
             raise UsageError("OrderSettings.tidy_every must be at least 1")
+
+    @classmethod
+    def for_lease(cls, lease_seconds: float | None = None, max_wait_seconds: float | None = None) -> OrderSettings:
+        """The settings of a lease and a max wait as a user gives them (None: the default), the heartbeat and the
+        polls made short enough for the lease: what ``--lease``/``--max-wait`` and the data source's
+        ``order.lease``/``order.maxWait`` mean."""
+        defaults = cls()
+        lease = defaults.lease_seconds if lease_seconds is None else lease_seconds
+        if lease <= 0:
+            raise UsageError(f"a lease must be longer than 0 s, got {lease}")
+        return cls(lease_seconds=lease, heartbeat_seconds=min(defaults.heartbeat_seconds, lease / 3),
+                   poll_seconds=min(defaults.poll_seconds, lease / 5),
+                   max_wait_seconds=defaults.max_wait_seconds if max_wait_seconds is None else max_wait_seconds)

@@ -3,6 +3,7 @@ Pure; used by the CLI's options, the compaction policy and the messages that nam
 
 from __future__ import annotations
 
+import math
 from datetime import datetime, timezone
 
 from .errors import UsageError
@@ -44,6 +45,16 @@ def parse_duration(text: str) -> float:
         if value >= 0:
             return value * units[raw[-1]]
     raise UsageError(f"{text!r} is not a duration: write 90s, 30m, 24h or 7d")
+
+
+def parse_wait(text: str) -> float:
+    """A duration as :func:`parse_duration`, or ``forever`` (``math.inf``): how long to wait for a live job."""
+    if text.strip().lower() in ("forever", "inf", "none"):
+        return math.inf
+    try:
+        return parse_duration(text)
+    except UsageError:
+        raise UsageError(f"{text!r} is not a wait: write 90s, 30m, 24h, 7d or forever") from None
 
 
 def short_duration(seconds: float) -> str:

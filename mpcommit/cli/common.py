@@ -22,7 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from ..errors import MpcommitError, UsageError
 from ..options import OrderSettings, S3Options
 from ..protocol.layout import Destination, check_job_id, parse_uri
-from ..units import human_bytes, parse_duration, parse_size, utc  # noqa: F401 - human_bytes: the CLI modules take it from here
+from ..units import human_bytes, parse_duration, parse_size, parse_wait, utc  # noqa: F401 - human_bytes: the CLI modules take it from here
 from ..store.s3 import S3Store, store_for
 
 
@@ -53,6 +53,18 @@ class DurationType(click.ParamType):
             return float(value)
         try:
             return parse_duration(str(value))
+        except UsageError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class WaitType(DurationType):
+    """A duration, or ``forever``."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, (int, float)):
+            return float(value)
+        try:
+            return parse_wait(str(value))
         except UsageError as exc:
             self.fail(str(exc), param, ctx)
 
@@ -95,6 +107,7 @@ class JobIdType(click.ParamType):
 
 
 DURATION = DurationType()
+WAIT = WaitType()
 SIZE = SizeType()
 S3URI = S3UriType()
 
@@ -102,9 +115,9 @@ S3URI = S3UriType()
 def order_options(command: Any) -> Any:
     """``--lease DUR`` and ``--max-wait DUR``: how a command that finishes or waits for jobs judges them
     (:class:`~mpcommit.options.OrderSettings`)."""
-    command = click.option("--max-wait", type=DURATION, default=None, metavar="DUR",
-                           help="Give up, naming it, after waiting this long for a live earlier job of the table. "
-                                "Default: wait while it is alive.")(command)
+    command = click.option("--max-wait", type=WAIT, default=None, metavar="DUR",
+                           help="Give up, naming it, after waiting this long for a live earlier job of the table "
+                                "Default: forever, while it is alive.")(command)
     return click.option("--lease", type=DURATION, default=None, metavar="DUR",
                         help="Take a job whose heartbeat stayed the same this long for dead, and finish or roll "
                              "it back. Default: 60s (the jobs' own heartbeat beats every 10s).")(command)
@@ -113,11 +126,9 @@ def order_options(command: Any) -> Any:
 def order_settings(lease: float | None, max_wait: float | None) -> OrderSettings:
     """The OrderSettings of ``--lease`` and ``--max-wait`` (a lease shorter than two of the default beats beats
     more often itself)."""
-    defaults = OrderSettings()
-    lease_seconds = defaults.lease_seconds if lease is None else lease
-    return OrderSettings(lease_seconds=lease_seconds,
-                         heartbeat_seconds=min(defaults.heartbeat_seconds, lease_seconds / 3),
-                         poll_seconds=min(defaults.poll_seconds, lease_seconds / 5), max_wait_seconds=max_wait)
+    return OrderSettings.for_lease(lease, max_wait)
+
+
 JOB_ID = JobIdType()
 
 

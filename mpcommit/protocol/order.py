@@ -53,6 +53,7 @@ from ..errors import (
     MpcommitError,
     NoSuchKeyError,
     PreconditionFailedError,
+    WaitedTooLongError,
 )
 from ..options import OrderSettings
 from ..pool import ProgressHook
@@ -398,12 +399,15 @@ class TableOrder:
                 if pulse.silent_for(paths_of) >= settings.lease_seconds:
                     take_over(e)
             waited = time.monotonic() - started
-            if settings.max_wait_seconds is not None and waited > settings.max_wait_seconds:
+            if waited > settings.max_wait_seconds:
                 first = blocking[0]
-                raise CommitFailedError(
+                raise WaitedTooLongError(
                     f"job {me.job_id} waited {waited:.0f} s for job {first.job_id} (place {first.position} in the "
                     f"commit order of {self.table.uri}), which is still committing and alive; nothing of "
-                    f"{me.job_id} is visible. Run it again once {first.job_id} has ended.")
+                    f"{me.job_id} is visible. Run it again once {first.job_id} has ended (`mpcommit jobs list` "
+                    "shows it), or let it wait longer: the data source's option order.maxWait, OrderSettings("
+                    "max_wait_seconds=...) for write()/writer(), --max-wait for the CLI ('forever' waits while it "
+                    "lives).", job_id=me.job_id, blocker=first.job_id, waited=waited)
             time.sleep(delay)
             delay = min(settings.poll_seconds, delay * 2)
 

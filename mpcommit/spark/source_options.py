@@ -31,6 +31,9 @@ s3.*                  ``S3Options``' fields: ``s3.endpointUrl``, ``s3.region``, 
                       ``s3.maxPoolConnections``, ``s3.connectTimeout``, ``s3.readTimeout``
 writer.*              ``WriterSettings``' fields: ``writer.initialPartSize`` (a size), ``writer.partsPerSizeStep``,
                       ``writer.maxPartsInFlight``, ``writer.uploadThreads``, ``writer.closingBytes``
+order.lease,          the commit order's (``OrderSettings.for_lease``, the CLI's ``--lease`` / ``--max-wait``): a
+order.maxWait         silent earlier job is taken for dead after ``order.lease`` (``60s``); a live one is waited
+                      for at most ``order.maxWait`` (default ``forever``), then the write stops naming it
 checkpointLocation    a stream's, read by Spark (and by mpcommit's sink to record what the stream writes)
 ====================  =====================================================================================
 """
@@ -45,8 +48,8 @@ from typing import Any
 from ..errors import UsageError
 from ..formats import make_format
 from ..formats.base import UnknownOptionError, did_you_mean
-from ..options import S3Options, WriterSettings
-from ..units import parse_size
+from ..options import OrderSettings, S3Options, WriterSettings
+from ..units import parse_duration, parse_size, parse_wait
 from .request import Settings, WriteRequest, to_str, translate
 from .session import Recorder
 from .table_schema import SchemaMismatch
@@ -95,7 +98,7 @@ def parse(options: Mapping[str, str], *, overwrite: bool, session: Recorder, str
         if not isinstance(name, str):
             raise UsageError(f"option names must be strings, got {name!r}")
         folded = fold(name)
-        if folded in _OWN or folded.startswith(("s3.", "writer.", "merge.", "glue.")):
+        if folded in _OWN or folded.startswith(("s3.", "writer.", "merge.", "glue.", "order.")):
             if folded in own:
                 raise UsageError(f"option {name!r} is given twice ({own[folded][0]!r} means the same)")
             own[folded] = (name, to_str(value))
@@ -166,6 +169,7 @@ NAMES = (
     "path", "format", "partitionBy", "saveMode", "table", "catalog", "merge", "maxOpenWriters", "commitThreads",
     "overwriteBucketRoot", "schemaMismatch", "checkpointLocation", "partitionOverwriteMode", "maxRecordsPerFile",
     "outputTimestampType", "merge.smallFileAvg", "merge.targetSize", "glue.endpointUrl", "glue.catalogId",
+    "order.lease", "order.maxWait",
     *(f"s3.{_camel(f.name)}" for f in _S3_FIELDS.values()), *(f"writer.{_camel(f.name)}" for f in _WRITER_FIELDS.values()),
 )
 
@@ -235,6 +239,13 @@ def _integer(name: str, value: str) -> int:
         raise UsageError(f"option {name!r} must be an integer, got {value!r}") from None
 
 
+def _duration(name: str, value: str, parse: Any) -> float:
+    try:
+        return parse(value)
+    except UsageError as exc:
+        raise UsageError(f"option {name!r}: {exc}") from None
+
+
 def _typed(name: str, value: str, kind: Any) -> Any:
     text = str(kind)
     if "bool" in text:
@@ -254,6 +265,7 @@ def _settings(own: dict[str, tuple[str, str]]) -> Settings:
     writer: dict[str, Any] = {}
     merge: dict[str, Any] = {}
     glue: dict[str, Any] = {}
+    order: dict[str, float] = {}
     for folded in sorted(own):
         given, value = own[folded]
         group, _, field_name = folded.partition(".")
@@ -267,6 +279,10 @@ def _settings(own: dict[str, tuple[str, str]]) -> Settings:
             merge["small_file_avg" if field_name == "smallfileavg" else "target_size"] = value
         elif group == "glue" and field_name in ("endpointurl", "catalogid"):
             glue["endpoint_url" if field_name == "endpointurl" else "catalog_id"] = value
+        elif group == "order" and field_name == "lease":
+            order["lease_seconds"] = _duration(given, value, parse_duration)
+        elif group == "order" and field_name == "maxwait":
+            order["max_wait_seconds"] = _duration(given, value, parse_wait)
         else:
             continue
         del own[folded]
@@ -300,6 +316,7 @@ def _settings(own: dict[str, tuple[str, str]]) -> Settings:
             kwargs[field_name] = parse_value(got[0], got[1])
     mismatch = _take(own, "schemamismatch")
     return Settings(s3=S3Options(**s3) if s3 else None, merge=policy, table=table, catalog=catalog,
+                    order=OrderSettings.for_lease(**order) if order else None,
                     writer=WriterSettings(**writer) if writer else None,
                     schema_mismatch=SchemaMismatch.parse(mismatch) if mismatch is not None else SchemaMismatch.WARN,
                     **kwargs)

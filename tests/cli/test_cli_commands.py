@@ -324,6 +324,8 @@ BAD_INPUT = [
     (["--endpoint-url", "localhost:1", "uploads", "list", "s3://{bucket}/t"], 2, ["http://"]),
     (["--profile", "no-such-profile", "uploads", "list", "s3://{bucket}/t"], 2, ["no-such-profile"]),
     (["no-such-command"], 2, ["No such command"]),
+    (["jobs", "recover", "s3://{bucket}/t", "--max-wait", "soon"], 2, ["not a wait", "forever"]),
+    (["compact", "s3://{bucket}/t", "--lease", "0s"], 2, ["lease must be longer than 0"]),
 ]
 
 

@@ -135,6 +135,69 @@ def test_an_overwrite_after_an_append_paused_between_journal_and_completes_waits
     check_committed(backend.client, bucket, "t", o.job_id, files_of(o, range(3)))
 
 
+@pytest.mark.ci_on("moto")
+def test_an_overwrite_that_outwaits_its_max_wait_after_its_journal_stops_and_is_finished_after_the_live_job(backend):
+    """A holds the earlier place, alive (its heartbeat beats) and paused after its journal; O, an overwrite allowed
+    to wait 1.5 s, waits after its own journal and stops with CommitStateUnknownError naming A and saying not to run
+    it again: nothing of O is visible, its uploads are kept. A then commits; `recover` finishes O: a serial A-then-O."""
+    from mpcommit.errors import CommitStateUnknownError
+
+    bucket = backend.new_bucket("mpc-conc")
+    _seed(backend, bucket, {"t/dt=0/old.txt": b"old\n"})
+    pause = PauseAfterJournal()
+    a = Job.create(f"s3://{bucket}/t", s3=backend.options, progress=pause, order=QUICK)
+    patient = OrderSettings(heartbeat_seconds=0.5, lease_seconds=3.0, poll_seconds=0.2, max_wait_seconds=1.5)
+    o = Job.create(f"s3://{bucket}/t", mode="overwrite", s3=backend.options, order=patient)
+    ra, ro = [write(a, t) for t in range(2)], [write(o, t) for t in range(2)]
+    with ThreadPoolExecutor(1) as pool:
+        fa = pool.submit(a.commit, ra)
+        assert pause.reached.wait(TIMEOUT)
+        before = dataset(backend.client, bucket, "t")
+        started = time.monotonic()
+        with pytest.raises(CommitStateUnknownError, match=f"waited .* for job {a.job_id}.*Do not run it again"):
+            o.commit(ro)
+        assert time.monotonic() - started >= 1.5
+        assert dataset(backend.client, bucket, "t") == before
+        assert len(job_uploads(backend.client, bucket, o.job_id, "t")) == 2
+        pause.release.set()
+        fa.result(TIMEOUT)
+    assert dataset(backend.client, bucket, "t") == {**before, **files_of(a, range(2))}
+    assert [a.action for a in recover(o.destination, store=o.store, job_id=o.job_id, older_than=0,
+                                      order=QUICK)] == ["finished"]
+    check_committed(backend.client, bucket, "t", o.job_id, files_of(o, range(2)))
+
+
+@pytest.mark.ci_on("moto")
+def test_a_versioned_write_that_outwaits_its_max_wait_before_its_journal_fails_naming_the_job_and_leaves_nothing(
+        backend):
+    """Version 2 of an application waits, before its journal, for version 1's live commit (paused after its
+    journal, its heartbeat beating); allowed 1.5 s, it fails with WaitedTooLongError -- a CommitFailedError --
+    naming version 1's job, with nothing of it visible, and its abort leaves nothing. Version 1 then commits, and
+    version 2 can be written again."""
+    from mpcommit import Txn
+    from mpcommit.errors import WaitedTooLongError
+
+    bucket = backend.new_bucket("mpc-conc")
+    pause = PauseAfterJournal()
+    first = Job.create(f"s3://{bucket}/t", s3=backend.options, progress=pause, order=QUICK, txn=Txn("daily", 1))
+    patient = OrderSettings(heartbeat_seconds=0.5, lease_seconds=3.0, poll_seconds=0.2, max_wait_seconds=1.5)
+    second = Job.create(f"s3://{bucket}/t", s3=backend.options, order=patient, txn=Txn("daily", 2))
+    r1, r2 = [write(first, 0)], [write(second, 0)]
+    with ThreadPoolExecutor(1) as pool:
+        f1 = pool.submit(first.commit, r1)
+        assert pause.reached.wait(TIMEOUT)
+        with pytest.raises(WaitedTooLongError, match=f"waited .* for job {first.job_id}.*nothing of .* is visible"):
+            second.commit(r2)
+        assert second.abort().aborted_uploads == 1  # refused before its journal: the caller may abort, as Spark's doors do
+        check_aborted(backend.client, bucket, "t", second.job_id)
+        pause.release.set()
+        f1.result(TIMEOUT)
+    check_committed(backend.client, bucket, "t", first.job_id, files_of(first, range(1)))
+    again = Job.create(f"s3://{bucket}/t", s3=backend.options, order=QUICK, txn=Txn("daily", 2))
+    again.commit([write(again, 0)])
+    assert dataset(backend.client, bucket, "t") == {**files_of(first, range(1)), **files_of(again, range(1))}
+
+
 def _append_during_paused_overwrite(backend, *, before_journal: range, after_journal: range):
     """O (overwrite) pauses right after its journal; A (append) wrote tasks ``before_journal`` before it and
     writes tasks ``after_journal`` in a later second, then commits entirely; O resumes. Returns (o, a, bucket)."""

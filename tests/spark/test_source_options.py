@@ -48,6 +48,28 @@ def test_every_setting_of_writer_is_an_option_of_the_same_name() -> None:
     assert planned.fmt.name == "csv" and planned.columns == ("dt",)
 
 
+def test_the_commit_orders_lease_and_max_wait_are_options_as_the_clis_flags_are() -> None:
+    import math
+
+    from mpcommit.options import OrderSettings
+
+    source, _ = read({"path": "s3://bkt/t", "order.lease": "90s", "ORDER.MAX_WAIT": "30m"})
+    order = source.request.settings.order
+    assert order == OrderSettings.for_lease(90.0, 1800.0)
+    assert (order.lease_seconds, order.max_wait_seconds, order.heartbeat_seconds) == (90.0, 1800.0, 10.0)
+    short, _ = read({"path": "s3://bkt/t", "order.lease": "6s", "order.maxWait": "forever"})
+    # a lease shorter than the default beats' three: the job beats a third of it, so it is never taken for dead
+    assert (short.request.settings.order.heartbeat_seconds, short.request.settings.order.max_wait_seconds) == (
+        2.0, math.inf)
+    assert read({"path": "s3://bkt/t"})[0].request.settings.order is None  # the defaults: OrderSettings()
+    with pytest.raises(UsageError, match="option 'order.lease': '90' is not a duration: write 90s"):
+        read({"path": "s3://bkt/t", "order.lease": "90"})
+    with pytest.raises(UsageError, match="'soon' is not a wait: write 90s, 30m, 24h, 7d or forever"):
+        read({"path": "s3://bkt/t", "order.maxWait": "soon"})
+    with pytest.raises(UsageError, match="did you mean 'order.lease'"):
+        read({"path": "s3://bkt/t", "order.leas": "90s"})
+
+
 def test_defaults_are_sparks_and_the_settings_taken_from_them_are_remembered() -> None:
     source, planned = read({"path": "s3://bkt/t", "partitionBy": "dt"}, overwrite=True)
     r = source.request
@@ -169,7 +191,8 @@ def test_every_option_the_readme_lists_is_one_the_data_source_takes() -> None:
               "outputTimestampType": "TIMESTAMP_MICROS", "merge": "true", "merge.smallFileAvg": "16MB",
               "merge.targetSize": "256MB", "table": "db.t", "catalog": "glue", "overwriteBucketRoot": "true",
               "schemaMismatch": "error", "s3.addressingStyle": "path", "s3.sse": "AES256", "compression": "gzip",
-              "header": "true", "sep": ";", "writer.initialPartSize": "8MiB"}
+              "header": "true", "sep": ";", "writer.initialPartSize": "8MiB", "order.lease": "90s",
+              "order.maxWait": "forever"}
     for name in sorted(names):
         value = values.get(name, "s3://bkt/t" if name == "path" else "http://127.0.0.1:9" if "endpoint" in name.lower()
                            else "2")

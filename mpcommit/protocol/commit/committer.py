@@ -28,6 +28,7 @@ from ...errors import (
     MpcommitError,
     NoSuchKeyError,
     TxnVersionError,
+    WaitedTooLongError,
 )
 from ...modes import CommitMode, CommitOutcome
 from ...options import OrderSettings
@@ -386,7 +387,20 @@ class JobCommitter:
         replacer = Replacer(self.store, self.destination, self.job_id, context, self.progress)
         if entry.replaces:
             t = time.monotonic()
-            self.order.wait_for_earlier(entry, entry.replaces, take_over=self._take_over, progress=self.progress)
+            try:
+                self.order.wait_for_earlier(entry, entry.replaces, take_over=self._take_over, progress=self.progress)
+            except WaitedTooLongError as exc:
+                # Past the journal the job is decided: whoever finishes it next (recover, or the next job of the
+                # table that waits for it once this driver's heartbeat has stopped) waits for the same job first.
+                raise CommitStateUnknownError(
+                    f"job {self.job_id} waited {exc.waited:.0f} s for job {exc.blocker}, an earlier job of "
+                    f"{self.table.uri} that is still committing and alive, and stopped waiting after its journal: "
+                    f"nothing of it is visible yet, and it will be finished -- its files made visible, what it "
+                    f"replaces deleted -- once {exc.blocker} has ended, by `mpcommit jobs recover "
+                    f"{self.destination.uri} --job {self.job_id}` or by the next job of the table that waits for it. "
+                    "Do not run it again. To wait longer: OrderSettings(max_wait_seconds=...), the data source's "
+                    "option order.maxWait, or --max-wait.", job_id=self.job_id, destination=self.destination.uri,
+                ) from exc
             timings["wait"] = time.monotonic() - t
         hold.check_if_stale("its completes")  # after any wait, and however long the manifests took
 
