@@ -80,6 +80,12 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 SHARED_PROCESS_FOLDERS = ("tests/cluster/", "tests/connect/")
 
 
+def _start_order(item: pytest.Item) -> int:
+    if item.nodeid.startswith(SHARED_PROCESS_FOLDERS):
+        return 0
+    return 1 if item.get_closest_marker("slow") is not None else 2
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """pytest-xdist's load scheduling, each test a unit of its own but the tests of a shared-process folder one unit.
@@ -139,8 +145,25 @@ def long_tier(items: list[pytest.Item]) -> set[str]:
     return long
 
 
+#: Folders whose server-parametrized tests are about mpcommit's own logic -- the commit protocol, its order, its
+#: faults, compaction, the Spark doors -- which the store does not change: CI runs each of their cases on
+#: :data:`CI_SERVER` (the integration tests' real server) and the long tier runs it on the others. The folders
+#: about the stores themselves (tests/stores, tests/store, tests/interop, tests/cli, the root's) run every server in
+#: CI; so does a test marked ``every_server_in_ci``, or one that names its servers with ``ci_on``.
+ONE_SERVER_FOLDERS = ("tests/protocol/", "tests/compaction/", "tests/reliability/", "tests/spark/")
+CI_SERVER = "localstack"
+
+
+def _one_server_in_ci(items: list[pytest.Item]) -> None:
+    for item in items:
+        if (item.nodeid.startswith(ONE_SERVER_FOLDERS) and item.get_closest_marker("ci_on") is None
+                and item.get_closest_marker("every_server_in_ci") is None and _server_of(item)[0] is not None):
+            item.add_marker(pytest.mark.ci_on(CI_SERVER))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     tier = selected_tier()
+    _one_server_in_ci(items)
     if tier != "all":
         long = long_tier(items)
         kept = [item for item in items if (item.nodeid in long) == (tier == "long")]
@@ -149,6 +172,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             config.hook.pytest_deselected(items=left_out)
             items[:] = kept
         config.stash[_LEFT_OUT] = (tier, len(left_out))
+    # Longest first, so that two workers end together rather than one running a two-minute test alone at the end:
+    # the shared-process folders (each one unit of several minutes for the scheduler below), then tests marked slow.
+    items.sort(key=_start_order)
     # Tests that use a server directly get its marker too, so that -m "not localstack" leaves them out.
     for item in items:
         names = set(getattr(item, "fixturenames", ()))

@@ -135,7 +135,6 @@ def test_an_overwrite_after_an_append_paused_between_journal_and_completes_waits
     check_committed(backend.client, bucket, "t", o.job_id, files_of(o, range(3)))
 
 
-@pytest.mark.ci_on("moto")
 def test_an_overwrite_that_outwaits_its_max_wait_after_its_journal_stops_and_is_finished_after_the_live_job(backend):
     """A holds the earlier place, alive (its heartbeat beats) and paused after its journal; O, an overwrite allowed
     to wait 1.5 s, waits after its own journal and stops with CommitStateUnknownError naming A and saying not to run
@@ -167,7 +166,6 @@ def test_an_overwrite_that_outwaits_its_max_wait_after_its_journal_stops_and_is_
     check_committed(backend.client, bucket, "t", o.job_id, files_of(o, range(2)))
 
 
-@pytest.mark.ci_on("moto")
 def test_a_versioned_write_that_outwaits_its_max_wait_before_its_journal_fails_naming_the_job_and_leaves_nothing(
         backend):
     """Version 2 of an application waits, before its journal, for version 1's live commit (paused after its
