@@ -172,8 +172,9 @@ def list_jobs(store: S3Store, destination: Destination, *, with_bytes: bool = Fa
 def list_table_jobs(store: S3Store, destination: Destination, *, order: OrderSettings | None = None,
                     with_bytes: bool = False) -> list[JobStatus]:
     """The jobs of a destination (:func:`list_jobs`), then those of the partition destinations inside it (a job
-    given ``s3://b/t/dt=1`` keeps its records under that URI): the ones holding an open place in the table's
-    commit order (interrupted in their commit), and the ones whose pending uploads lie under this destination
+    given ``s3://b/t/dt=1`` keeps its records under that URI): the ones holding a place in the table's commit
+    order -- open (interrupted in their commit) or ended and not yet collected (a commit interrupted in its
+    cleanup leaves records behind an ended place) -- and the ones whose pending uploads lie under this destination
     (still writing). What ``jobs list`` shows is what ``jobs recover`` acts on."""
     from .order import TableOrder
 
@@ -183,7 +184,10 @@ def list_table_jobs(store: S3Store, destination: Destination, *, order: OrderSet
     inside = table.path_of(destination)
     elsewhere: dict[Destination, set[str]] = defaultdict(set)
     view_order = TableOrder(store, table, order)
-    for entry in view_order.entries(view_order.view().open):
+    view = view_order.view()
+    # Every place the order holds: the entries are read side by side once, and one listing per partition
+    # destination named in them finds the records left there.
+    for entry in view_order.entries(view_order.read_ahead(view.held)):
         if entry.job_id in seen or entry.destination == inside:
             continue
         if not inside or entry.destination.startswith(f"{inside}/"):

@@ -122,6 +122,11 @@ class OrderView:
     def open(self) -> list[int]:
         return [p for p in self.positions if p > self.through and p not in self.ended]
 
+    @property
+    def held(self) -> list[int]:
+        """The places not covered by a checkpoint, open or ended: those whose entries are still there."""
+        return [p for p in self.positions if p > self.through]
+
 
 @dataclass(frozen=True)
 class TxnState:
@@ -250,7 +255,7 @@ class TableOrder:
         any they committed, so the newest committed place holds the highest version."""
         view = self.view()
         newest_first = [p for p in reversed(view.positions) if p > view.through and (below is None or p < below)]
-        self._read_ahead(newest_first)
+        self.read_ahead(newest_first)
         still_open: list[OrderEntry] = []
         for e in self.entries(newest_first):
             if e.txn is None or e.txn.app_id != app_id:
@@ -264,14 +269,14 @@ class TableOrder:
         checkpoint = self.checkpoint(view)
         return TxnState(checkpoint.txns.get(app_id) if checkpoint is not None else None, tuple(still_open))
 
-    def _read_ahead(self, positions: list[int]) -> None:
+    def read_ahead(self, positions: list[int]) -> list[int]:
         """Read the entries not yet cached side by side (a new process judging an application reads up to the
-        order's length of them once; entries never change, so they are cached from then on)."""
+        order's length of them once; entries never change, so they are cached from then on); ``positions``."""
         missing = [p for p in positions if p not in self._entries]
-        if len(missing) <= 2:
-            return
-        with ThreadPoolExecutor(min(READ_AHEAD_THREADS, len(missing))) as pool:
-            list(pool.map(self.entry, missing))
+        if len(missing) > 2:
+            with ThreadPoolExecutor(min(READ_AHEAD_THREADS, len(missing))) as pool:
+                list(pool.map(self.entry, missing))
+        return positions
 
     def snapshot(self) -> OrderSnapshot:
         view = self.view()
@@ -315,7 +320,7 @@ class TableOrder:
         view = view or self.view()
         positions = list(reversed(view.positions if ended_too else view.open))
         if ended_too:
-            self._read_ahead(positions)
+            self.read_ahead(positions)
         for e in self.entries(positions):
             if e.job_id == job_id:
                 return e

@@ -126,3 +126,35 @@ def test_a_recover_does_not_report_rolled_back_a_job_interrupted_in_its_cleanup_
     actions = {a.job_id: a for a in recover(f"s3://{bucket}/t", s3=backend.options, older_than=0, order=OFTEN)}
     assert rows(backend, bucket) == sorted(["a dt=0"] + [f"b{i} dt=0" for i in range(16)])
     assert actions[job.job_id].action is not RecoveryOutcome.ROLLED_BACK, actions[job.job_id]
+
+
+@pytest.mark.parametrize("partition", ["dt=1", "dt=x%2Fy"])
+def test_a_partition_destinations_job_interrupted_in_its_cleanup_is_seen_and_cleaned_from_the_table(backend,
+                                                                                                   partition):
+    """Run 12 of the order trials (LocalStack, depths, seed 1064): a static overwrite of `s3://b/t/dt=x%2Fy` killed
+    during its cleanup -- committed, its place ended, its uploads all complete -- left its records under
+    `t/dt=x%2Fy/_temporary/mpcommit/JOB/`, and neither `jobs list` nor `recover` of `s3://b/t` saw them: the table
+    looked for the jobs of its partition destinations only among open places and pending uploads. They are found
+    among the order's ended places too, and cleaned."""
+    from mpcommit.protocol.inventory import list_table_jobs
+    from mpcommit.protocol.layout import parse_uri
+
+    bucket = backend.new_bucket("mpc-finding")
+    _append(backend, bucket, "old")
+    job = Job.create(f"s3://{bucket}/t/{partition}", mode="overwrite", s3=backend.options, order=OFTEN)
+    with job.spec.task(0, 0) as attempt:
+        with attempt.create(ext="txt") as out:
+            out.write(b"new\n")
+            out.rows = 1
+        ref = attempt.commit()
+    with faults.installed(faults.fail_at("commit.during_cleanup")), pytest.raises(Exception):
+        job.commit([ref])
+    hidden = f"t/{partition}/_temporary/mpcommit/{job.job_id}/"
+    assert backend.client.list_objects_v2(Bucket=bucket, Prefix=hidden).get("KeyCount", 0) > 0
+    store = S3Store(backend.options)
+    listed = {s.job_id for s in list_table_jobs(store, parse_uri(f"s3://{bucket}/t"), order=OFTEN)}
+    assert job.job_id in listed
+    actions = {a.job_id: a for a in recover(f"s3://{bucket}/t", s3=backend.options, older_than=0, order=OFTEN)}
+    assert actions[job.job_id].action is not RecoveryOutcome.ROLLED_BACK, actions[job.job_id]
+    assert backend.client.list_objects_v2(Bucket=bucket, Prefix=hidden).get("KeyCount", 0) == 0
+    assert sorted(rows(backend, bucket)) == ["new", "old dt=0"]
