@@ -3,7 +3,8 @@
 
 Spark finds it by itself in any installed top-level module named ``pyspark_*`` that defines ``DefaultSource``
 (``pyspark_mpcommit``, installed with mpcommit, naming PySpark's classes in :mod:`.pyspark_source`, a shell over
-this module and :mod:`.streaming`, which import no pyspark), or after :func:`mpcommit.spark.register`. Its
+this module and :mod:`.streaming`, which import no pyspark when loaded -- the sink reads its task context
+inside a function), or after :func:`mpcommit.spark.register`. Its
 options are described in :mod:`.source_options`.
 
 How Spark runs a Python data source's batch write, and what mpcommit does at each step -- the same steps as

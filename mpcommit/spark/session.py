@@ -13,7 +13,7 @@ refused before a task writes anything, naming the option that says it on the wri
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from ..errors import UsageError
 
@@ -97,10 +97,6 @@ class SessionSettings:
                     f"write (Spark runs it in a Python process of its own), so it would have written with "
                     f"{planned!r}. Say it on the write: .option({option!r}, {actual!r}) (or the same in the "
                     "OPTIONS of a SQL view). Nothing was written.")
-
-
-def field_names() -> tuple[str, ...]:
-    return tuple(f.name for f in fields(SessionSettings))
 
 
 class Recorder:

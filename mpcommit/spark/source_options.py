@@ -25,10 +25,11 @@ merge                 true: merge small files before they become visible (``Merg
                       ``merge.smallFileAvg`` / ``merge.targetSize`` (sizes: ``16MB``, ``256MiB``) imply it
 maxOpenWriters,       as ``writer(df, max_open_writers=, commit_threads=, overwrite_bucket_root=,
 commitThreads, ...    schema_mismatch=)``
-s3.*                  ``S3Options``' fields: ``s3.endpointUrl``, ``s3.region``, ``s3.profile``, ``s3.accessKeyId``,
-                      ``s3.secretAccessKey``, ``s3.sessionToken``, ``s3.addressingStyle``, ``s3.sse``,
-                      ``s3.sseKmsKeyId``, ``s3.expectedBucketOwner``, ``s3.conditionalWrites``,
-                      ``s3.maxPoolConnections``, ``s3.connectTimeout``, ``s3.readTimeout``
+s3.*                  every ``S3Options`` field but ``retry``, its name in camelCase: ``s3.endpointUrl``,
+                      ``s3.region``, ``s3.profile``, ``s3.accessKeyId``, ``s3.secretAccessKey``, ``s3.sessionToken``,
+                      ``s3.addressingStyle``, ``s3.sse``, ``s3.sseKmsKeyId``, ``s3.sseCustomerKey``,
+                      ``s3.expectedBucketOwner``, ``s3.conditionalWrites``, ``s3.maxPoolConnections``,
+                      ``s3.connectTimeout``, ``s3.readTimeout``, ... (:data:`NAMES` holds them all)
 writer.*              ``WriterSettings``' fields: ``writer.initialPartSize`` (a size), ``writer.partsPerSizeStep``,
                       ``writer.maxPartsInFlight``, ``writer.uploadThreads``, ``writer.closingBytes``
 order.lease,          the commit order's (``OrderSettings.for_lease``, the CLI's ``--lease`` / ``--max-wait``): a

@@ -91,11 +91,6 @@ def crt_unusable(client: Any, credentials: Any) -> str | None:
     return None
 
 
-def crt_import_error() -> ImportError | None:
-    """Why awscrt cannot be imported (a platform without a wheel), or None."""
-    return _IMPORT_ERROR
-
-
 def _connect_error(exc: BaseException, url: str) -> Exception:
     """The botocore exception for a connection that could not be made, carrying the socket error that
     :func:`mpcommit.store.errors.translate` recognises (refused, or a name that does not resolve)."""

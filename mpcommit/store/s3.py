@@ -579,10 +579,6 @@ def store_for(options: S3Options) -> S3Store:
         return store
 
 
-def _make_client(options: S3Options) -> Any:
-    return s3_client(options)[0]
-
-
 class _FromStart:
     """The client, for one PUT of a file body: every attempt sends the file from where it stood at the first. The
     retry (:mod:`.retry`) calls again with the same file object, which the failed attempt may have read to its end."""

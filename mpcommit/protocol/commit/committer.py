@@ -2,10 +2,12 @@
 the modules beside this one (journal, placing, replacing, cleanup) and in the table's commit order
 (:mod:`mpcommit.protocol.order`).
 
-A commit: validate every manifest -> take a place in the table's order -> (a compaction: give up if an earlier
-job replaced its sources) -> claim the journal -> (an overwrite: wait for the earlier jobs touching its scope)
--> complete -> delete what it replaces -> abort leftovers -> ``_SUCCESS`` -> record its end in the order ->
-remove its records. A rollback claims the journal key first, so that a commit and a rollback of one job can
+A commit: validate every manifest -> take a place in the table's order -> (a versioned write: wait for its
+application's earlier places, commit nothing if one committed the version) -> (a compaction: give up if an earlier
+job replaced its sources) -> claim the journal -> take the job's finishing turn (:mod:`.turn`) -> (an overwrite:
+wait for the earlier jobs touching its scope) -> complete -> delete what it replaces -> abort leftovers ->
+``_SUCCESS`` -> record its end in the order -> remove its records. From the turn on, each step that cannot be
+undone is fenced (:mod:`.fence`). A rollback claims the journal key first, so that a commit and a rollback of one job can
 never both proceed.
 """
 
