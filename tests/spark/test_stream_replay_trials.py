@@ -20,6 +20,7 @@ from __future__ import annotations
 import io
 import random
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -46,6 +47,8 @@ BATCHES = 6
 SEEDS = range(8)
 #: The seeds make test runs; the others are in the long tier (make test-long).
 CI_SEEDS = 2
+#: How long an attempt that "wakes after" the replay stays paused when the replay waits for it.
+PAUSE_SECONDS = 5.0
 
 
 class Died(BaseException):
@@ -53,11 +56,22 @@ class Died(BaseException):
 
 
 class Hold:
-    """One stopped thread: released to go on, or to end (a dead driver, once the trial is over)."""
+    """One stopped thread: released to go on, or to end (a dead driver, once the trial is over). A stop also ends
+    by itself at ``deadline``: an attempt that "wakes after" the replay is a paused driver (a GC, a suspended VM)
+    whose heartbeat goes on, so the replay rightly waits for it, and the pause must end for the replay to go on --
+    5 s after its fate is drawn (it was the 60 s of a safety timeout: seeds 3, 4 and 7 took a minute each)."""
 
     def __init__(self) -> None:
         self.released = threading.Event()
         self.die = False
+        self.deadline = time.monotonic() + 60
+
+    def ends_in(self, seconds: float) -> None:
+        self.deadline = time.monotonic() + seconds
+
+    def wait(self) -> None:
+        while not self.released.wait(0.05) and time.monotonic() < self.deadline:
+            pass
 
     def wake(self) -> None:
         self.released.set()
@@ -94,7 +108,7 @@ class Stopper:
             self.armed = None
             hold = self.hold = Hold()
         self.stopped.set()
-        hold.released.wait(60)
+        hold.wait()
         if hold.die:
             raise Died(f"the driver stopped at {name} is dead")
 
@@ -185,6 +199,7 @@ def run_trial(backend: Any, seed: int, tmp_path: Any) -> list[str]:
                     threading.Timer(rng.uniform(0, 0.3), hold.wake).start()
                     woken.append(thread)
                 elif fate == "wakes after":
+                    hold.ends_in(PAUSE_SECONDS)
                     woken.append(thread)
                 else:
                     dead.append((thread, hold))
