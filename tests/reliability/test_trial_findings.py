@@ -65,6 +65,40 @@ def test_a_recover_does_not_report_rolled_back_a_job_that_committed_after_it_lis
     assert said[late].action is not RecoveryOutcome.ROLLED_BACK, said[late]
 
 
+def test_a_recover_does_not_report_rolled_back_a_job_that_committed_and_was_collected_after_it_listed_it(
+        moto_backend):
+    """Run 12 of the order trials (LocalStack, pause-driver seed 1156): as above, but before `recover` reaches the
+    job that committed after it was listed, 16 more appends commit and the order's collection deletes its place --
+    and with it the outcome that told the rollback the job had committed; its manifests went with its records.
+    `recover` reported it rolled back (and, in the trial, wrote an end for its collected place). A job whose
+    descriptor is gone ended before the claim: the claim is taken back, nothing is reported rolled back, no end
+    is written."""
+    backend = moto_backend
+    bucket = backend.new_bucket("mpc-finding")
+    first, first_ref = _written(backend, bucket, "a")
+    second, second_ref = _written(backend, bucket, "b")
+    refs = {first.job_id: (first, first_ref), second.job_id: (second, second_ref)}
+    committed: dict[str, Any] = {}
+
+    def meanwhile(action: Any) -> None:
+        if not committed:
+            other = next(job_id for job_id in refs if job_id != action.job_id)
+            job, ref = refs[other]
+            committed[other] = job.commit([ref])
+            for i in range(16):
+                _append(backend, bucket, f"c{i}")
+
+    actions = recover(f"s3://{bucket}/t", s3=backend.options, older_than=0, order=OFTEN, on_action=meanwhile)
+    [(late, report)] = committed.items()
+    order = TableOrder(S3Store(backend.options), Table(bucket, "t"), OFTEN)
+    view = order.view()
+    assert report.position is not None and report.position <= view.through, "the collection covered its place"
+    said = {a.job_id: a for a in actions}
+    assert said[late].action is not RecoveryOutcome.ROLLED_BACK, said[late]
+    assert report.position not in view.leftovers, "an end written for a place the collection had covered"
+    assert f"{'a' if late == first.job_id else 'b'} dt=0" in rows(backend, bucket)
+
+
 def test_a_recover_does_not_report_rolled_back_a_job_interrupted_in_its_cleanup(moto_backend):
     """A commit that stops during its cleanup has committed: its place ended committed, its files are visible,
     `_SUCCESS` written, its journal deleted first -- only records are left. Once a later job rewrites `_SUCCESS`,

@@ -604,6 +604,13 @@ class JobCommitter:
         the journal key among them -- were removed by the process that committed or rolled it back, so the claim
         found the key free; the claim is taken back and nothing is rolled back."""
         claim, mine = claim_rollback(self.store, self.destination, self.job_id, reason)
+        if mine and self.store.head_object(self.destination.bucket, self.paths.descriptor) is None:
+            # Its descriptor went before the claim, with its other records: whoever ended the job -- its commit's
+            # cleanup, or a rollback -- removed them, and its place may have been collected since, taking the
+            # outcome with it (order trials run 12, pause-driver seed 1156: a `recover` that listed an append while
+            # it wrote reported it rolled back, and wrote an end for its collected place, after it had committed).
+            self._take_claim_back(claim)
+            return False
         entry = self.order.find(self.job_id, ended_too=True)
         outcome = self.order.outcome(entry.position) if entry is not None else None
         if mine and (outcome.outcome is Outcome.COMMITTED if outcome is not None else
@@ -611,12 +618,16 @@ class JobCommitter:
             # The job committed before this claim, which found the journal key freed by its cleanup (a listing of
             # jobs read before it ended brought this rollback here). Taken back; the job stays committed. (A job
             # that ended otherwise -- aborted, rolled back -- is rolled back again: what its zombies left goes.)
-            records = Records.of(self.store, self.destination.bucket, self.table.root)
-            records.delete(self.paths.journal, etag=None, body=claim.to_bytes())
+            self._take_claim_back(claim)
             return False
-        if entry is not None and outcome is None:
+        if entry is not None and outcome is None and entry.position > self.order.view().through:
+            # (A place a checkpoint covers has ended, and its end may have been collected just now: never ended again.)
             self.order.end(entry, Outcome.ROLLED_BACK, reason=reason)
         return True
+
+    def _take_claim_back(self, claim: JobRollback) -> None:
+        records = Records.of(self.store, self.destination.bucket, self.table.root)
+        records.delete(self.paths.journal, etag=None, body=claim.to_bytes())
 
     def _committed_and_collected(self) -> bool:
         """For a job with no place left in the order and a free journal key: whether it committed and the order's
