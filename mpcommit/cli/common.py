@@ -47,12 +47,13 @@ class DurationType(click.ParamType):
     """``90s``, ``30m``, ``24h``, ``7d`` -> seconds."""
 
     name = "DUR"
+    parse = staticmethod(parse_duration)
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
         if isinstance(value, (int, float)):
             return float(value)
         try:
-            return parse_duration(str(value))
+            return self.parse(str(value))
         except UsageError as exc:
             self.fail(str(exc), param, ctx)
 
@@ -60,13 +61,7 @@ class DurationType(click.ParamType):
 class WaitType(DurationType):
     """A duration, or ``forever``."""
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
-        if isinstance(value, (int, float)):
-            return float(value)
-        try:
-            return parse_wait(str(value))
-        except UsageError as exc:
-            self.fail(str(exc), param, ctx)
+    parse = staticmethod(parse_wait)
 
 
 class SizeType(click.ParamType):
