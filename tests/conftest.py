@@ -32,6 +32,12 @@ Fixtures:
 from __future__ import annotations
 
 import os
+
+# gRPC (the Spark Connect client) installs fork handlers; a fork that runs Python before its exec -- PySpark's
+# launch of a session's JVM passes a preexec_fn -- then runs them in the child, which died in CI ("epoll_wait error:
+# Bad file descriptor", JAVA_GATEWAY_EXITED for 121 Spark tests of the worker that had run the Connect tests first).
+# The tests only fork to exec; gRPC documents turning its fork support off for that. Before anything imports grpc.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -81,6 +87,8 @@ SHARED_PROCESS_FOLDERS = ("tests/cluster/", "tests/connect/")
 
 
 def _start_order(item: pytest.Item) -> int:
+    if item.nodeid.startswith("tests/connect/"):
+        return 3  # last: by then its worker has started its own Spark JVM, before any gRPC thread could be forked
     if item.nodeid.startswith(SHARED_PROCESS_FOLDERS):
         return 0
     return 1 if item.get_closest_marker("slow") is not None else 2
