@@ -11,6 +11,7 @@ benchmarks can assert request sequences.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
@@ -51,6 +52,8 @@ CRT_OPERATIONS = ("create_multipart_upload", "upload_part", "put_object")
 #: socket write, where boto3 hands the kernel the whole buffer. Measured (issue 39, 2 shared cores, versitygw):
 #: CRT 0.7 ms + 4.3 ms per MB of client CPU, boto3 2.7-3.5 ms + 2.0 ms per MB: even at about 1 MB.
 CRT_PART_MAX_BYTES = 1024 * 1024
+#: An answer this quick dates the store's clock to within its Date's own second: no need to look at later ones.
+_CLOCK_GOOD_ENOUGH = 0.25
 #: Why the CRT transport was not used, logged once per process and reason (at debug: boto3 is a fine transport).
 _FALLBACKS_LOGGED: set[str] = set()
 T = TypeVar("T")
@@ -83,8 +86,10 @@ class S3Store:
         self._paging = PagedListings(self, unencoded_listing_client)
         #: Whether the endpoint ever answered (a wrong endpoint fails at once; a known one is retried).
         self._reached = False
-        #: The store's clock minus this host's, once measured (server_time).
+        #: The store's clock minus this host's, once measured (server_time), and the round trip of the answer it
+        #: was learnt from: a slow answer's Date says less, so a quicker one later replaces it.
         self._clock_offset: float | None = None
+        self._clock_round_trip = math.inf
 
     def close(self) -> None:
         """Close what the store opened beside its client: the CRT transport's connections and event loop."""
@@ -116,7 +121,7 @@ class S3Store:
     def _call(self, operation: str, *, client: Any | None = None, bucket: str = "", key: str = "", **params: Any) -> Any:
         params.update(self._security.parameters(operation))  # the same function the CRT transport's headers come from
         method: Callable[..., Any] = getattr(client or self._client, operation)
-        if self._clock_offset is not None:
+        if self._clock_round_trip <= _CLOCK_GOOD_ENOUGH:
             return self._send(operation, lambda: method(**params), bucket=bucket, key=key)
         sent = time.time()
         response = self._send(operation, lambda: method(**params), bucket=bucket, key=key)
@@ -124,8 +129,10 @@ class S3Store:
         return response
 
     def _note_clock(self, response: Any, sent: float, received: float) -> None:
-        """Learn the store's clock from the Date of an answer that came back quickly (see server_time)."""
-        if received - sent > 2.0 or not isinstance(response, dict):
+        """Learn the store's clock from the Date of an answer that came back quickly (see server_time), or more
+        quickly than the one it was learnt from."""
+        round_trip = received - sent
+        if round_trip > 2.0 or round_trip >= self._clock_round_trip or not isinstance(response, dict):
             return
         date = (response.get("ResponseMetadata", {}).get("HTTPHeaders", {}) or {}).get("date")
         if not date:
@@ -133,6 +140,7 @@ class S3Store:
         try:
             # Date is truncated to the second: on average half a second before the answer was made.
             self._clock_offset = parsedate_to_datetime(date).timestamp() + 0.5 - (sent + received) / 2
+            self._clock_round_trip = round_trip
         except (TypeError, ValueError):
             pass
 
