@@ -23,7 +23,7 @@ adaptive window), ``bare-crt`` (**the floor**: the same completes -- ``S3Store.s
 -- and nothing else), ``bare`` (a bare boto3 loop on as many threads as the commit's, kept to show what the CRT
 saves, not a floor), ``commit-boto3`` (the commit with ``complete_transport="boto3"``: completes on threads),
 ``commit-fixed`` (the window held at the commit's threads: ``max_completes_in_flight`` = 32, what the adaptation
-buys), ``commit-pN`` (N worker processes), ``commit@NAME`` (``Job.commit`` with mpcommit imported from the checkout given
+buys), ``commit-pN`` (N worker processes: as ``commit-pN@NAME`` with a tree from before 2026-11-28; this code ignores the setting), ``commit@NAME`` (``Job.commit`` with mpcommit imported from the checkout given
 by ``--tree NAME=PATH``: the comparison with code before a change).
 
 Per run, besides wall time and client CPU: the rate of completes through the one driver (files / the complete

@@ -14,6 +14,7 @@ import dataclasses
 import socket
 import threading
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from enum import Enum
 
@@ -68,14 +69,14 @@ class Job:
 
     def __init__(self, spec: JobSpec, descriptor: JobDescriptor, *, store: S3Store,
                  commit_threads: int = DEFAULT_COMMIT_THREADS, progress: ProgressHook | None = None,
-                 overwrite_bucket_root: bool = False, commit_processes: int = 1, order: OrderSettings | None = None,
+                 overwrite_bucket_root: bool = False, order: OrderSettings | None = None,
                  heartbeat: bool = False):
         self.spec = spec
         self.descriptor = descriptor
         self.store = store
         self.order = order or OrderSettings()
         self._committer = JobCommitter(store, spec.destination, spec.job_id, threads=commit_threads, progress=progress,
-                                       processes=commit_processes, order=self.order)
+                                       order=self.order)
         #: The driver's sign of life while the job is open (see protocol/heartbeat.py).
         self._heartbeat = (Heartbeat(store, spec.paths, self.order.heartbeat_seconds, owner=self).start()
                            if heartbeat else None)
@@ -122,17 +123,17 @@ class Job:
         progress: ProgressHook | None = None,
         store: S3Store | None = None,
         overwrite_bucket_root: bool = False,
-        commit_processes: int = 1,
         order: OrderSettings | None = None,
         txn: Txn | None = None,
+        commit_processes: int | None = None,
     ) -> "Job":
         """Start a job: check the destination against the mode, and record the job under its hidden prefix.
 
         Raises DestinationExistsError for mode ``error`` when the destination holds data, NoSuchBucketError
         when the bucket does not exist -- before any upload starts. An overwrite of a bucket's root (``s3://bucket``)
         replaces every object in the bucket, and is refused unless ``overwrite_bucket_root=True``.
-        ``commit_processes`` > 1 spreads the commit's completes over that many worker processes (one Python
-        process completes at most one core's worth of files per second). ``order``: how the job keeps its place in
+        ``commit_processes`` is accepted and ignored, with a DeprecationWarning: the completes no longer run in worker
+        processes (one process completes thousands of files a second on the CRT). ``order``: how the job keeps its place in
         the table's commit order (heartbeat, how long it waits for earlier jobs). ``job_id`` names the job instead
         of a random id; an id the destination already knows (its records, its ``_SUCCESS``, a pending upload or a
         file carrying it) is refused, since files of two runs with one id would take each other's keys -- checking
@@ -143,6 +144,10 @@ class Job:
         ``foreachBatch`` replaying a batch -- and an older version is refused (TxnVersionError). The version is
         recorded with the commit's end in the table's order, and kept there for ever, whatever is collected.
         """
+        if commit_processes is not None:
+            warnings.warn("Job.create(commit_processes=...) is ignored: the completes no longer run in worker "
+                          "processes (one process completes thousands of files a second); drop the argument",
+                          DeprecationWarning, stacklevel=2)
         destination = parse_uri(uri)
         write_mode = WriteMode.parse(mode)
         overwrite = PartitionOverwrite.parse(partition_overwrite)
@@ -180,8 +185,7 @@ class Job:
             raise UsageError(f"job id {job_id} is already in use at {destination.uri} (its descriptor exists); "
                              "leave job_id out for a new random id. Nothing was written.")
         job = cls(spec, descriptor, store=store, commit_threads=commit_threads, progress=progress,
-                  overwrite_bucket_root=overwrite_bucket_root, commit_processes=commit_processes, order=order,
-                  heartbeat=not ignored)
+                  overwrite_bucket_root=overwrite_bucket_root, order=order, heartbeat=not ignored)
         job.txn, job.duplicate_of = txn, duplicate_of
         return job
 

@@ -14,7 +14,7 @@ deletes skip what is gone, and ``_SUCCESS`` is rewritten.
 
 The modules, in the order a commit uses them: ``journal`` (winners, manifests validated, the journal),
 ``turn`` (the finishing turn a driver or recoverer holds from the journal on), ``placing`` (completes and staged
-moves, on the CRT transport, on threads or spread over processes), ``replacing`` (an overwrite's older objects, a
+moves, on the CRT transport or on threads), ``replacing`` (an overwrite's older objects, a
 compaction's sources), ``cleanup`` (leftover uploads, the job's records); ``committer`` runs them in order,
 ``fence`` checks before each step that cannot be undone that this process still holds the job, ``context`` owns
 the threads, ``manifests`` reads the winners' manifests, ``committed`` holds the committed keys within a memory

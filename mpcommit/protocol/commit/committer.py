@@ -77,19 +77,17 @@ class JobCommitter:
     """Commit, roll back and finish one job of one destination. Holds no state between calls but its settings.
 
     ``threads``: the commit's requests in flight (0: all on the caller's thread, for deterministic tests);
-    ``processes`` > 1 spreads the completes over that many worker processes; ``order``: how the job waits for
-    the jobs before it in its table's commit order.
+    ``order``: how the job waits for the jobs before it in its table's commit order.
     """
 
     def __init__(self, store: S3Store, destination: Destination, job_id: str, *,
-                 threads: int = DEFAULT_COMMIT_THREADS, progress: ProgressHook | None = None, processes: int = 1,
+                 threads: int = DEFAULT_COMMIT_THREADS, progress: ProgressHook | None = None,
                  order: OrderSettings | None = None):
         self.store = store
         self.destination = destination
         self.job_id = job_id
         self.paths = JobPaths(destination, job_id)
         self.threads = max(0, threads)
-        self.processes = max(1, processes)
         self.progress = progress or _noop
         self.manifests = ManifestReader(store, destination, job_id)
         self.table = table_of(destination)
@@ -467,8 +465,7 @@ class JobCommitter:
         # An overwrite's look at the scope it replaces only reads: it runs beside the completes.
         older = replacer.look_beside(journal, entry, self.order)
         placer = Placer(self.store, self.destination, self.job_id, skip_directories=skip)
-        placer.place_all(hold.guard(uploads(), "a complete"), account, context,
-                         processes=self.processes if sources is None else 1)
+        placer.place_all(hold.guard(uploads(), "a complete"), account, context)
         if sources is not None:
             replacer.undo_skipped(skipped_placed)
         timings["complete"] = time.monotonic() - t

@@ -28,8 +28,7 @@ MANIFESTS_AHEAD = 16
 
 
 class CommitContext:
-    """Owns a commit's executors; every pool a commit uses comes from here (the process pool of
-    :mod:`.placing` excepted, which holds processes, not threads)."""
+    """Owns a commit's executors; every pool a commit uses comes from here."""
 
     def __init__(self, threads: int):
         self.threads = max(0, threads)

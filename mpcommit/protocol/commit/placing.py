@@ -5,18 +5,17 @@ completed already is recognised by the object's multipart ETag. The completes ru
 window (:meth:`CommitContext.run_adaptive`): started on the store's asynchronous transport where it has one (the
 AWS CRT: hundreds in flight from the commit's own thread, as many as the store answers as fast as it did with
 fewer, up to ``S3Options.max_completes_in_flight``), else on the inner pool's threads; the window halves when the
-store answers SlowDown, and a refused complete is sent again once there is room. Or they are spread over worker
-processes (each with its own S3 client).
+store answers SlowDown, and a refused complete is sent again once there is room. (Worker processes for the
+completes were removed: on the CRT a complete costs the driver 0.13-0.2 ms of CPU, so one core completes thousands a
+second; see docs/COMMIT_AT_SCALE.md.)
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
 
 from ...errors import CommitStateUnknownError, MpcommitError, NoSuchUploadError
-from ...options import S3Options
 from ...pool import Done, Window
 from ...store.retry import single_attempts
 from ...store.s3 import CompletedPart, S3Store
@@ -24,9 +23,6 @@ from .. import faults
 from ..layout import Destination
 from ..records.manifest import PendingUpload, StagedFile
 from .context import CommitContext
-
-#: Uploads handed to a commit process at a time.
-PROCESS_CHUNK = 256
 
 Item = PendingUpload | StagedFile
 
@@ -130,13 +126,9 @@ class Placer:
             raise
 
     # ------------------------------------------------------------ many items
-    def place_all(self, items: Iterator[Item], on_done: Callable[[Item], None], context: CommitContext, *,
-                  processes: int = 1) -> None:
+    def place_all(self, items: Iterator[Item], on_done: Callable[[Item], None], context: CommitContext) -> None:
         """Place every item; ``on_done(item)`` runs on the calling thread as each is placed. The first failure
         stops submitting and is raised once the calls in flight have ended."""
-        if processes > 1 and not self.skip_directories:
-            self._place_in_processes(items, on_done, context, processes)
-            return
 
         def placed(item: Item, _none: None) -> None:
             self._count_one()
@@ -152,86 +144,9 @@ class Placer:
             start=lambda item, done: self.start_complete(item, done, context),
             initial=initial, ceiling=ceiling, on_result=placed)
 
-    def _place_in_processes(self, items: Iterator[Item], on_done: Callable[[Item], None], context: CommitContext,
-                            processes: int) -> None:
-        """Completes spread over worker processes (spawned, each with its own S3 client and ``threads /
-        processes`` threads), fed chunks of PROCESS_CHUNK uploads; staged files are moved here. The fault
-        checkpoints and progress run here as chunks come back."""
-        import multiprocessing
-
-        per_process = max(1, context.threads // processes)
-        procs = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init,
-                                    initargs=(self.store.options, self.destination.bucket, self.destination.prefix,
-                                              self.job_id, per_process))
-
-        def chunks() -> Iterator[list[Item]]:
-            chunk: list[Item] = []
-            for item in items:
-                chunk.append(item)
-                if len(chunk) >= PROCESS_CHUNK:
-                    yield chunk
-                    chunk = []
-            if chunk:
-                yield chunk
-
-        def run(chunk: list[Item]) -> None:
-            remote = [i for i in chunk if isinstance(i, PendingUpload)]
-            if remote:
-                try:
-                    procs.submit(_worker_complete, remote).result()
-                except _WorkerFailure as exc:
-                    if exc.kind == CommitStateUnknownError.__name__:
-                        raise CommitStateUnknownError(exc.message, job_id=self.job_id,
-                                                      destination=self.destination.uri) from None
-                    raise MpcommitError(f"a commit worker process failed: {exc.kind}: {exc.message}") from None
-            for i in chunk:
-                if isinstance(i, StagedFile):
-                    self.move_staged(i)
-
-        def done(chunk: list[Item], _none: None) -> None:
-            for item in chunk:
-                self._count_one()
-                on_done(item)
-
-        try:
-            # Two chunks per process in flight: one being completed, one waiting in its queue.
-            context.run(run, chunks(), window=2 * processes, on_result=done)
-        finally:
-            procs.shutdown(wait=True)
-
 
 def etag_matches(found: str, upload: PendingUpload) -> bool:
     # SSE-KMS objects do not have MD5-based ETags; then size (checked by the caller) is what there is.
     if not all(len(p.etag.strip('"')) == 32 for p in upload.parts):
         return True
     return found.strip('"') == upload.expected_etag.strip('"')
-
-
-# ---------------------------------------------------------------- commit worker processes
-_WORKER: tuple[Placer, CommitContext] | None = None
-
-
-def _worker_init(options: S3Options, bucket: str, prefix: str, job_id: str, threads: int) -> None:
-    """In a commit worker process: its own store (own boto3 client) and threads."""
-    global _WORKER
-    _WORKER = (Placer(S3Store(options), Destination(bucket, prefix), job_id), CommitContext(threads))
-
-
-class _WorkerFailure(MpcommitError):
-    """A failure in a commit worker process, carried back as (kind, message): mpcommit's errors take keyword
-    arguments that pickling does not carry."""
-
-    def __init__(self, kind: str, message: str):
-        super().__init__(kind, message)
-        self.kind, self.message = kind, message
-
-
-def _worker_complete(uploads: list[PendingUpload]) -> int:
-    """Complete a chunk of uploads (idempotently, as Placer.complete does); raises the first failure."""
-    assert _WORKER is not None, "commit worker not initialised"
-    placer, context = _WORKER
-    try:
-        context.run(placer.complete, uploads)
-    except Exception as exc:  # noqa: BLE001 - carried back whole, as a picklable failure
-        raise _WorkerFailure(type(exc).__name__, str(exc)) from None
-    return len(uploads)
