@@ -25,7 +25,8 @@ import math
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from concurrent.futures import CancelledError, Executor, Future, ThreadPoolExecutor
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -56,6 +57,20 @@ class SerialExecutor(Executor):
 def executor_for(threads: int, name: str) -> Executor:
     """A thread pool of ``threads`` threads, or the caller's own thread when ``threads`` is 0."""
     return SerialExecutor() if threads <= 0 else ThreadPoolExecutor(threads, thread_name_prefix=name)
+
+
+@contextmanager
+def lent_or_own(lent: Executor | None, threads: int, name: str) -> Iterator[Executor]:
+    """``lent`` when the caller lends a pool (it stays the caller's to shut down), else a pool of ``threads``
+    threads made here and shut down, after its calls end, when the block exits -- however it exits."""
+    if lent is not None:
+        yield lent
+        return
+    pool = executor_for(threads, name)
+    try:
+        yield pool
+    finally:
+        pool.shutdown(wait=True)
 
 
 def on_threads(executor: Executor, fn: Callable[[T], Any]) -> Start[T]:
@@ -363,11 +378,6 @@ def run_bounded(
     """:func:`run_windowed` of ``fn`` on ``threads`` threads (or on ``executor``; 0 threads: the caller's thread),
     with a fixed window of ``window`` calls (default ``2 * threads``); no retries (``fn`` does its own)."""
     size = max(1, window if window is not None else 2 * max(1, threads))
-    own = executor is None
-    pool: Executor = executor_for(threads, "mpcommit") if own else executor  # type: ignore[assignment]
-    try:
+    with lent_or_own(executor, threads, "mpcommit") as pool:
         return run_windowed(on_threads(pool, fn), items, window=Window(size), on_result=on_result, cancel=cancel,
                             progress=progress, phase=phase, total=total)
-    finally:
-        if own:
-            pool.shutdown(wait=True)

@@ -17,11 +17,13 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from ..errors import MpcommitError, NoSuchKeyError, PreconditionFailedError
+from ..pool import lent_or_own
 from ..protocol.records.manifest import Part, PendingUpload
 from ..sizing import MAX_PARTS, crc32_b64
 from ..store.s3 import S3Store
@@ -144,32 +146,21 @@ def run_merge(
     ``pool`` runs fetches and uploads, ``copy_pool`` the server-side copies. Without ``pool``, both are made
     here (``threads`` and ``copy_threads`` threads); with ``pool`` alone, the copies run on it too."""
     stats = stats if stats is not None else MergeStats()
-    own_pool = pool is None
-    workers: Executor = pool if pool is not None else ThreadPoolExecutor(threads, thread_name_prefix="mpcommit-merge")
     copies = sum(1 for p in task.plan.parts if isinstance(p, CopyPart))
-    own_copy_pool = copy_pool is None and own_pool and copies > 0
-    copiers: Executor = copy_pool if copy_pool is not None else (
-        ThreadPoolExecutor(min(copy_threads, copies), thread_name_prefix="mpcommit-copy") if own_copy_pool else workers)
-    try:
+    with ExitStack() as owned:
+        workers = owned.enter_context(lent_or_own(pool, threads, "mpcommit-merge"))
+        if copy_pool is not None or pool is not None or copies == 0:
+            copiers = copy_pool or workers
+        else:
+            copiers = owned.enter_context(lent_or_own(None, min(copy_threads, copies), "mpcommit-copy"))
         upload_id = store.create_multipart_upload(bucket, task.key, content_type=task.content_type)
-    except BaseException:
-        if own_pool:
-            workers.shutdown(wait=True)
-        if own_copy_pool:
-            copiers.shutdown(wait=True)
-        raise
-    try:
-        parts, rows = _build(store, bucket, task, upload_id, workers, copiers, stats)
-    except BaseException as exc:
-        _abort(store, bucket, task.key, upload_id)
-        if isinstance(exc, MpcommitError) and not isinstance(exc, MergeError):
-            raise MergeError(f"merging into s3://{bucket}/{task.key} failed: {exc}") from exc
-        raise
-    finally:
-        if own_pool:
-            workers.shutdown(wait=True)
-        if own_copy_pool:
-            copiers.shutdown(wait=True)
+        try:
+            parts, rows = _build(store, bucket, task, upload_id, workers, copiers, stats)
+        except BaseException as exc:
+            _abort(store, bucket, task.key, upload_id)
+            if isinstance(exc, MpcommitError) and not isinstance(exc, MergeError):
+                raise MergeError(f"merging into s3://{bucket}/{task.key} failed: {exc}") from exc
+            raise
     return PendingUpload(
         key=task.key, upload_id=upload_id, parts=tuple(parts), size=sum(p.size for p in parts),
         rows=task.rows if task.rows is not None else rows, partition=task.partition,

@@ -19,7 +19,8 @@ import secrets
 import time
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import Executor
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -44,7 +45,7 @@ from ..protocol.order import TableOrder
 from ..protocol.task import record_manifest
 from ..protocol.records.job import DeleteEntry
 from ..protocol.records.manifest import PendingUpload, TaskResult
-from ..pool import ProgressHook, run_bounded
+from ..pool import ProgressHook, lent_or_own, run_bounded
 from ..store.s3 import S3Store, store_for
 from .errors import MergeError, SourceChangedError
 from .executor import DEFAULT_COPY_THREADS, DEFAULT_MERGE_THREADS, MergeStats, run_merge
@@ -299,28 +300,22 @@ def compact(
             if p.number in refusals else _bin_report(p, BinStatus.PLANNED) for p in planned])
 
     stats = MergeStats()
-    own_pool = pool is None
-    parts_pool: Executor = pool or ThreadPoolExecutor(threads, thread_name_prefix="mpcommit-compact")
-    # Server-side copies of every bin share a pool of their own: they hold no bytes, only wait on the store.
-    own_copy_pool = copy_pool is None and pool is None
-    copiers: Executor = (ThreadPoolExecutor(max(1, copy_threads), thread_name_prefix="mpcommit-copy")
-                         if own_copy_pool else (copy_pool or parts_pool))
     try:
-        t = time.monotonic()
-        outcomes = _merge_all(job, store, planned, parts_pool, copiers, stats, bin_threads, progress,
-                              planning_pool=None if own_pool else parts_pool)
-        timings["merge"] = time.monotonic() - t
-        t = time.monotonic()
-        outcomes = _verify_sources(store, destination.bucket, planned, outcomes, parts_pool, threads, listing.under)
-        timings["verify"] = time.monotonic() - t
+        with ExitStack() as owned:
+            parts_pool = owned.enter_context(lent_or_own(pool, threads, "mpcommit-compact"))
+            # Server-side copies of every bin share a pool of their own: they hold no bytes, only wait on the store.
+            copiers = (copy_pool or parts_pool if pool is not None or copy_pool is not None
+                       else owned.enter_context(lent_or_own(None, max(1, copy_threads), "mpcommit-copy")))
+            t = time.monotonic()
+            outcomes = _merge_all(job, store, planned, parts_pool, copiers, stats, bin_threads, progress,
+                                  planning_pool=None if pool is None else parts_pool)
+            timings["merge"] = time.monotonic() - t
+            t = time.monotonic()
+            outcomes = _verify_sources(store, destination.bucket, planned, outcomes, parts_pool, threads, listing.under)
+            timings["verify"] = time.monotonic() - t
     except BaseException:
         job.abort()
         raise
-    finally:
-        if own_pool:
-            parts_pool.shutdown(wait=True)
-        if own_copy_pool:
-            copiers.shutdown(wait=True)
 
     results = [o for o in outcomes if isinstance(o, TaskResult)]
     reports = [
