@@ -25,8 +25,8 @@ test: $(STAMP) localstack-install s3a-install versitygw-install
 
 # The long tier `make test` leaves out (tests/conftest.py, MPCOMMIT_TIER): the soak, the stream trials' other seeds,
 # the foreachBatch kill, listings of thousands of keys, and the scenarios of mpcommit's own logic on moto and
-# versitygw (CI runs them on LocalStack) or on the servers their ci_on mark leaves out. 322 tests, 21.5 minutes at
-# -n 2 beside the order trials (2026-11-28); run it when the protocol changes and before a release.
+# versitygw (CI runs them on LocalStack) or on the servers their ci_on mark leaves out: README.md, "Tests", says what
+# else and how long it took. Run it when the protocol changes and before a release.
 test-long: $(STAMP) localstack-install s3a-install versitygw-install
 	MPCOMMIT_TIER=long $(PY) -m pytest -n $(TEST_WORKERS) --durations=25 $(PYTEST_ARGS)
 

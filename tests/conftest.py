@@ -128,7 +128,8 @@ def _server_of(item: pytest.Item) -> tuple[str | None, tuple[Any, ...]]:
     callspec = getattr(item, "callspec", None)
     if callspec is None:
         return None, ()
-    name = next((n for n in ("backend", "server_backend", "backend_name", "server") if n in callspec.params), None)
+    name = next((n for n in ("backend", "server_backend", "s3a_backend", "backend_name", "server")
+                 if n in callspec.params), None)
     others = tuple(sorted((k, repr(v)) for k, v in callspec.params.items() if k != name))
     return (callspec.params[name] if name else None), others
 

@@ -141,6 +141,7 @@ def test_embedded_server_standalone() -> None:
 
 @pytest.mark.localstack
 @pytest.mark.slow
+@pytest.mark.long  # the harness itself, not mpcommit: a second LocalStack start (about 12 s)
 def test_second_localstack_instance_is_independent(localstack_backend: Backend) -> None:
     """A second LocalStack beside the session's one: separate state, even for a bucket of the same name."""
     bucket = localstack_backend.new_bucket()

@@ -103,6 +103,7 @@ def test_age_cutoff_live_jobs_and_committing_jobs_on_one_prefix(server_backend):
     assert set(pending_uploads(client, bucket, "t")) == set(young_orphans)
 
 
+@pytest.mark.ci_on("localstack")  # versitygw's listing pages: tests/protocol/test_large_listings.py in CI
 def test_more_than_a_thousand_uploads_are_listed_and_aborted_across_pages(server_backend):
     backend = server_backend
     mpcommit = cli(backend)

@@ -78,6 +78,7 @@ def comparable(rows: list[Any]) -> list[tuple]:
 
 @pytest.mark.parametrize("s3a_backend,fmt", on_backends(list(FORMATS), moto=("parquet",), go=("parquet",)),
                          indirect=["s3a_backend"])
+@pytest.mark.ci_on("localstack", "versitygw")  # moto's case (S3A beside moto in one process's GIL, ~20 s): long tier
 def test_spark_reads_an_mpcommit_table_as_it_reads_its_own(s3a_spark, s3a_backend: Backend, s3a_bucket: str,
                                                           fmt: str) -> None:
     spark, bucket, backend = s3a_spark, s3a_bucket, s3a_backend

@@ -57,6 +57,8 @@ def run_cli(backend, *args):
     return json.loads(result.stdout)
 
 
+# Long tier (about 45 s): the two tests below take listings past two pages on LocalStack and versitygw in CI.
+@pytest.mark.long
 def test_the_reported_scenario_lists_every_file_and_the_overwrite_leaves_only_the_new_ones(localstack_backend):
     """The issue's three steps, on the server that showed the defect (moto lists correctly; the tests below run
     on both): 1,500 appended files, a compaction dry run, a static overwrite with 3 files."""

@@ -68,6 +68,9 @@ def _explain(records: list[dict[str, Any]], harness: Harness) -> str:
     return "\n".join(lines)
 
 
+# Long tier: CI runs the trials on LocalStack (test_order_trials_on_localstack), the pause and depth pairings
+# and a broken protocol on moto; these six were about 70 s of a CI run.
+@pytest.mark.long
 @pytest.mark.slow
 @pytest.mark.parametrize("pairing", OLD_PAIRINGS)
 def test_order_trials_on_moto(moto_trials: Harness, pairing: str) -> None:

@@ -93,8 +93,14 @@ def mpcommit_layout(fmt: str, backend: Any, bucket: str, prefix: str) -> dict[st
     return layout(fmt, found)
 
 
-@pytest.mark.parametrize("partitioned", [True, False], ids=["partitioned", "unpartitioned"])
-@pytest.mark.parametrize("fmt", list(FORMATS))
+#: Cases CI runs: Parquet both ways, and each other format once; the long tier runs the other three.
+IN_CI = {("parquet", True), ("parquet", False), ("csv", True), ("json", True), ("text", False)}
+
+
+@pytest.mark.parametrize("fmt,partitioned", [
+    pytest.param(fmt, partitioned, id=f"{fmt}-{'partitioned' if partitioned else 'unpartitioned'}",
+                 marks=() if (fmt, partitioned) in IN_CI else pytest.mark.long)
+    for fmt in FORMATS for partitioned in (True, False)])
 @PYSPARK4
 def test_the_data_source_writes_what_sparks_own_writer_writes(source, moto_backend, tmp_path, fmt,
                                                               partitioned) -> None:  # noqa: ANN001

@@ -15,6 +15,7 @@ from tests.support.checks import all_keys, pending_uploads
 TITLES = {b.id: b.title for b in BEHAVIOURS}
 
 
+@pytest.mark.ci_on("localstack", "versitygw")  # moto's case (about 19 s) in the long tier
 def test_doctor_finds_what_the_matrix_says_and_leaves_nothing(backend, bucket):
     result = cli(backend)("doctor", f"s3://{bucket}/table", "--json", timeout=300)
     assert result.returncode == 0, result
