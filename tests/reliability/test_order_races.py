@@ -301,7 +301,7 @@ def test_moto_can_let_two_jobs_take_one_place_and_the_trials_lock_stops_it(moto_
         checked.reset()
         job = Job.create(f"s3://{table.bucket}/t", s3=backend.options)
         other = Job.create(f"s3://{table.bucket}/t", s3=backend.options)
-        proto = JobCommitter(store, job.destination, job.job_id)._entry_for(
+        proto = JobCommitter(store, job.destination, job.job_id).work.entry_for(
             SimpleNamespace(delete=(), purpose="write", mode=job.descriptor.mode,
                             partition_overwrite=job.descriptor.partition_overwrite, replace=()), ["dt=0"])
         with ThreadPoolExecutor(2) as pool:

@@ -13,12 +13,13 @@ Every step after the journal is idempotent, which is what makes ``recover`` equa
 deletes skip what is gone, and ``_SUCCESS`` is rewritten.
 
 The modules, in the order a commit uses them: ``journal`` (winners, manifests validated, the journal),
-``turn`` (the finishing turn a driver or recoverer holds from the journal on), ``placing`` (completes and staged
-moves, on the CRT transport or on threads), ``replacing`` (an overwrite's older objects, a
-compaction's sources), ``cleanup`` (leftover uploads, the job's records); ``committer`` runs them in order,
-``fence`` checks before each step that cannot be undone that this process still holds the job, ``context`` owns
-the threads, ``manifests`` reads the winners' manifests, ``committed`` holds the committed keys within a memory
-bound, ``reports`` holds what comes back.
+``finisher`` (carries a journal out, for the driver and ``recover`` alike), ``turn`` (the finishing turn a
+finisher holds from the journal on), ``placing`` (completes and staged moves, on the CRT transport or on threads),
+``replacing`` (an overwrite's older objects, a compaction's sources), ``cleanup`` (leftover uploads, the job's
+records); ``committer`` runs a first commit up to its journal, ``rollback`` rolls a job back, ``work`` holds what
+the three share about the job, ``fence`` checks before each step that cannot be undone that this process still
+holds the job, ``context`` owns the threads, ``manifests`` reads the winners' manifests, ``committed`` holds the
+committed keys within a memory bound, ``reports`` holds what comes back.
 """
 
 from .committer import DEFAULT_COMMIT_THREADS, JobCommitter
