@@ -180,3 +180,71 @@ def test_a_partition_destinations_job_interrupted_in_its_cleanup_is_seen_and_cle
     assert actions[job.job_id].action is not RecoveryOutcome.ROLLED_BACK, actions[job.job_id]
     assert backend.client.list_objects_v2(Bucket=bucket, Prefix=hidden).get("KeyCount", 0) == 0
     assert sorted(rows(backend, bucket)) == ["new", "old dt=0"]
+
+
+def _zombie_place(backend: Any, bucket: str, txn: Any) -> tuple[Any, int]:
+    """A job of s3://bucket/t whose place in the order is open while its records are gone: it took the place after
+    a rollback had run to its end (a driver paused between its last check and its place). (job, position)"""
+    from mpcommit.protocol.records.order import OrderEntry, Purpose
+
+    job = Job.create(f"s3://{bucket}/t", s3=backend.options, order=OFTEN, txn=txn)
+    job.abort()  # rolled back to its end: records gone, its heartbeat stopped
+    order = TableOrder(S3Store(backend.options), Table(bucket, "t"), OFTEN)
+    entry = order.take(OrderEntry(position=1, job_id=job.job_id, bucket=bucket, table="t", destination="",
+                                  purpose=Purpose.WRITE, mode=job.descriptor.mode,
+                                  partition_overwrite=job.descriptor.partition_overwrite, touches=("dt=0",),
+                                  replaces=(), created_ms=int(time.time() * 1000), hostname="zombie", txn=txn))
+    return job, entry.position
+
+
+def test_a_place_taken_after_its_jobs_rollback_ended_is_ended_by_the_job_that_waits_for_it(moto_backend):
+    """Found by the streaming replay trials (2026-11-28, at the ledger): an attempt rolled back by its replay while
+    paused went on to take a place, then found its journal key claimed. No rollback could end that place -- the
+    rollback had ended before it existed, and a take-over found the job's records gone and took it for ended --
+    so a later version of its application waited for it for ever. The take-over now ends such a place (the job
+    can never claim its journal), and a job refused at its journal ends its own place."""
+    from mpcommit import Txn
+
+    backend = moto_backend
+    bucket = backend.new_bucket("mpc-finding")
+    zombie, position = _zombie_place(backend, bucket, Txn("app", 1))
+    order = TableOrder(S3Store(backend.options), Table(bucket, "t"), OFTEN)
+    assert order.ended(position) is None
+    waits = OrderSettings(**{**ORDER, "max_wait_seconds": 6 * OFTEN.lease_seconds})
+    later = Job.create(f"s3://{bucket}/t", s3=backend.options, order=waits, txn=Txn("app", 2))
+    with later.spec.task(0, 0) as attempt:
+        with attempt.create(partition="dt=0", ext="txt") as out:
+            out.write(b"v2 dt=0\n")
+            out.rows = 1
+        ref = attempt.commit()
+    report = later.commit([ref])  # waited for the silent place, took it over, ended it
+    assert report.position is not None and report.duplicate_of is None
+    ended = order.ended(position)
+    assert ended is not None and ended.outcome.value == "rolled_back", ended
+    assert rows(backend, bucket) == ["v2 dt=0"]
+
+
+def test_a_job_refused_at_its_journal_ends_the_place_it_took_after_its_rollback(moto_backend, monkeypatch):
+    from mpcommit import Txn
+    from mpcommit.errors import JobRolledBackError
+    from mpcommit.protocol.commit import JobCommitter
+    from mpcommit.protocol.commit.work import JobWork
+
+    backend = moto_backend
+    bucket = backend.new_bucket("mpc-finding")
+    job, ref = _written(backend, bucket, "a")
+    real = JobWork.take_place
+
+    def rolled_back_first(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        JobCommitter(S3Store(backend.options), job.destination, job.job_id).rollback(reason="by its replay")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(JobWork, "take_place", rolled_back_first)
+    job.txn = Txn("app", 1)
+    with pytest.raises(JobRolledBackError):
+        job.commit([ref])
+    monkeypatch.undo()
+    order = TableOrder(S3Store(backend.options), Table(bucket, "t"), OFTEN)
+    [position] = order.view().positions
+    ended = order.ended(position)
+    assert ended is not None and ended.outcome.value == "rolled_back", "its own place, ended by the refused job"

@@ -137,10 +137,12 @@ class JobCommitter:
                                     ignored=True, aborted_uploads=aborted, duplicate_of=found.record)
             except BaseException as exc:
                 # Refused before the journal: not committed, so the place ends (later jobs need not wait for it) --
-                # unless it ended already: a rollback that claimed the journal key first ends it, and the order's
-                # collection may have covered it since (a process that lost its job records nothing more, I10).
+                # unless it ended already: a rollback that claimed the journal key after this place was taken ended
+                # it, and the order's collection may have covered it since (a process that lost its job records
+                # nothing more, I10). A rollback that ran to its end before this place was taken could not end it:
+                # the place is this process's own, open, and would hold every later place of its application back.
                 try:
-                    if not isinstance(exc, JobRolledBackError) and self.order.ended(entry.position) is None:
+                    if self.order.ended(entry.position) is None:
                         self.order.end(entry, Outcome.ROLLED_BACK, reason=_short(exc))
                 except MpcommitError as failed:
                     log.warning("job %s: could not record the end of its place %d (%s); a later job will take it "

@@ -66,6 +66,12 @@ class Rollback:
             # cleanup, or a rollback -- removed them, and its place may have been collected since, taking the
             # outcome with it (order trials run 12, pause-driver seed 1156: a `recover` that listed an append while
             # it wrote reported it rolled back, and wrote an end for its collected place, after it had committed).
+            # A place it holds open can only be a zombie's, taken after a rollback had run to its end (a commit
+            # records its end before its records go, and with them gone it can never claim its journal): ended
+            # here, while this claim keeps it from claiming, or it would hold later places back for ever.
+            entry = work.order.find(work.job_id)
+            if entry is not None and work.order.ended(entry.position) is None:
+                work.order.end(entry, Outcome.ROLLED_BACK, reason=f"{reason} (a place taken after its rollback)")
             self._take_claim_back(claim)
             return False
         entry = work.order.find(work.job_id, ended_too=True)
