@@ -130,27 +130,21 @@ class Config:
         """One task's messages for micro-batch ``batch_id``: ``files`` partitions of 4 rows each."""
         import pyarrow as pa
 
-        from mpcommit.spark import streaming, tasks
-
-        # What Spark's TaskContext would say in the micro-batch's one task.
-        streaming._batch_of_task = lambda: (self.query_id, batch_id)
-        tasks.task_numbers = lambda: (0, 0)
         rows = 4 * self.files
         table = pa.table({"id": pa.array(range(batch_id * rows, (batch_id + 1) * rows), pa.int64()),
                           "p": pa.array([f"{i // 4:05d}" for i in range(rows)], pa.string())})
-        return [self.writing.write_task(iter(table.to_batches(max_chunksize=10_000)))]
+        # The micro-batch's one task, with the numbers Spark's TaskContext would give it.
+        return [self.writing.write_batch_task(self.query_id, batch_id, (0, 0),
+                                              iter(table.to_batches(max_chunksize=10_000)))]
 
 
 def run_stream(args: argparse.Namespace) -> None:
-    from mpcommit.spark import streaming, tasks
-
     from tests.support.s3_network import PROFILES, S3Network
 
     from .records import RecordLog
 
     server = start_server(args.server)
     net = None
-    real = streaming._batch_of_task, tasks.task_numbers
     try:
         ensure_bucket(make_client(server.endpoint_url), BUCKET)
         if "s3" in args.networks:
@@ -184,7 +178,6 @@ def run_stream(args: argparse.Namespace) -> None:
             records.run(variant="sink-commit", network=c.network, files=c.files, batch=batch_id, pair=batch_id,
                         seconds=seconds, **proxy)
     finally:
-        streaming._batch_of_task, tasks.task_numbers = real
         if net is not None:
             net.stop()
         server.stop()

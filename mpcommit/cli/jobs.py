@@ -58,9 +58,9 @@ def _status_json(s: JobStatus, now: float, stream: tuple[str, int] | None) -> di
 
 def _stream_batches(store: S3Store, statuses: list[JobStatus]) -> dict[str, tuple[str, int]]:
     """Job id -> (query id, micro-batch id) for the jobs that are micro-batches of a streaming query writing their
-    table: the sink keeps one progress record per query (TABLE/_mpcommit/streams/QUERY.json), and names each
-    micro-batch's jobs by the query's hash and the batch id (mpcommit.spark.streaming.batch_job_id)."""
-    from ..spark.streaming import STREAMS_ROOT, batch_prefix
+    table: the sink keeps one record per query (TABLE/_mpcommit/streams/QUERY.json), and names each micro-batch's
+    jobs by the query's hash and the batch id (mpcommit.protocol.stream.batch_job_id)."""
+    from ..protocol.stream import STREAMS_ROOT, batch_of_job
 
     found: dict[str, tuple[str, int]] = {}
     for table in {table_of(s.destination) for s in statuses}:
@@ -69,10 +69,10 @@ def _stream_batches(store: S3Store, statuses: list[JobStatus]) -> dict[str, tupl
             query_id = obj.key[len(root):].removesuffix(".json")
             if "/" in query_id or not obj.key.endswith(".json"):
                 continue
-            query = batch_prefix(query_id, 0)[:13]  # the query's part of its jobs' ids: 48 bits of its hash
             for s in statuses:
-                if s.job_id.startswith(query + "-") and table_of(s.destination) == table:
-                    found[s.job_id] = (query_id, int(s.job_id[14:18] + s.job_id[19:23], 16))
+                batch = batch_of_job(query_id, s.job_id)
+                if batch is not None and table_of(s.destination) == table:
+                    found[s.job_id] = (query_id, batch)
     return found
 
 

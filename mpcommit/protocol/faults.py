@@ -14,9 +14,8 @@ rollback.after_claim (a rollback holds the journal key, nothing aborted yet), or
 the order read it, nothing collected yet).
 
 The streaming sink's (:mod:`mpcommit.spark.streaming`, indexed by the micro-batch's id): stream.before_commit (Spark
-called the sink's ``commit``), stream.after_pending (the progress record names this attempt as pending, its commit
-not begun), stream.after_data_commit (the micro-batch's job committed, the progress record not yet updated),
-stream.after_progress (the progress record says the micro-batch is committed; the sink is about to return to
+called the sink's ``commit``), stream.after_settle (the micro-batch's other attempts finished or rolled back, this
+one's commit not begun), stream.after_data_commit (the micro-batch's job committed; the sink is about to return to
 Spark, which then writes its own commit log).
 
 Actions after ``point:k:``: empty raises :class:`InjectedFault`; ``kill`` sends SIGKILL to this process; ``stop``
@@ -44,7 +43,7 @@ POINTS = (
     "commit.after_journal", "commit.after_turn", "commit.after_complete", "commit.after_replace_listing",
     "commit.before_replace", "commit.before_delete_batch", "commit.before_success", "commit.after_success",
     "commit.during_cleanup", "rollback.after_claim", "order.before_collect",
-    "stream.before_commit", "stream.after_pending", "stream.after_data_commit", "stream.after_progress",
+    "stream.before_commit", "stream.after_settle", "stream.after_data_commit",
 )
 
 Hook = Callable[[str, int], None]

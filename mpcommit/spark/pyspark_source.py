@@ -1,9 +1,10 @@
 """PySpark's classes of the ``mpcommit`` data source: ``DefaultSource``, its batch and stream writers and the task
 commit message -- each a thin shell over mpcommit's own (:mod:`.datasource`, :mod:`.streaming`, which import no
-pyspark). Spark finds them through the top-level module ``pyspark_mpcommit``, which re-exports them under the name
-PySpark's ``pyspark_*`` convention looks for; :func:`mpcommit.spark.register` registers them explicitly. The only
-module of the package besides the catalog's that imports pyspark when loaded, and nothing but those two doors
-imports it.
+pyspark when loaded). Spark finds them through the top-level module ``pyspark_mpcommit``, which re-exports them
+under the name PySpark's ``pyspark_*`` convention looks for; :func:`mpcommit.spark.register` registers them
+explicitly. This is the package's one module that imports pyspark when loaded: the others that need it import it
+inside the function that does (a task's ``TaskContext``, the catalog's session), so that the protocol, the CLI and
+the tools run without Spark.
 """
 
 from __future__ import annotations

@@ -27,12 +27,13 @@ def task_numbers() -> tuple[int, int]:
     return context.partitionId(), context.attemptNumber()
 
 
-def run_task(plan: TaskPlan, batches: Iterable[pa.RecordBatch], *, spec: Any = None) -> TaskResult:
+def run_task(plan: TaskPlan, batches: Iterable[pa.RecordBatch], *, spec: Any = None,
+             numbers: tuple[int, int] | None = None) -> TaskResult:
     """Write ``batches`` as one attempt of this Spark task and commit the attempt. ``spec``: the job to write
-    for, when it is not the plan's (a stream's micro-batch names its job in the task)."""
+    for, when it is not the plan's; ``numbers``: (task id, attempt), when not this Spark task's own."""
     if plan.session is not None:  # planned without seeing the session: refuse what it would have changed
         plan.session.check_in_task(plan.consulted)
-    task_id, attempt = task_numbers()
+    task_id, attempt = numbers if numbers is not None else task_numbers()
     fmt = plan.fmt
     with (spec or plan.spec).task(task_id, attempt) as task:
         if plan.stage_small:

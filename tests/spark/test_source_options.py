@@ -13,7 +13,6 @@ from mpcommit.protocol.layout import is_job_id
 from mpcommit.spark.plan import plan_write
 from mpcommit.spark.session import Recorder, SessionSettingError, SessionSettings
 from mpcommit.spark.source_options import GlueCatalogSpec, parse
-from mpcommit.spark.streaming import Pending, StreamProgress, StreamStateError, batch_job_id, batch_prefix
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("dt", pa.string())])
 
@@ -153,27 +152,6 @@ def test_a_session_setting_the_plan_could_not_see_is_refused_in_the_task(monkeyp
     # Given as an option, the session's value is not consulted, and not checked.
     _, given = read({"path": "s3://bkt/t", "compression": "gzip"})
     given.session.check_in_task(given.consulted)
-
-
-def test_a_stream_attempts_job_id_names_its_query_and_micro_batch() -> None:
-    q = "0b9e6c1e-1e5c-4a8e-9a0e-2f3c1d2e4f50"
-    a, b = batch_job_id(q, 7, "0123456789ab"), batch_job_id(q, 7, "ba9876543210")
-    assert is_job_id(a) and is_job_id(b) and a != b
-    assert a.startswith(batch_prefix(q, 7) + "-") and b.startswith(batch_prefix(q, 7) + "-")
-    assert batch_prefix(q, 8) != batch_prefix(q, 7) and batch_prefix("another", 7) != batch_prefix(q, 7)
-    with pytest.raises(UsageError, match="beyond"):
-        batch_prefix(q, 2 ** 32)
-
-
-def test_the_progress_record_round_trips_and_is_validated() -> None:
-    record = StreamProgress("q1", "s3://bkt/t", ("dt",), "parquet", last_batch=4, last_job="j", last_position=9,
-                            pending=Pending(5, "k", 11), updated_ms=1, hostname="h")
-    assert StreamProgress.from_bytes(record.to_bytes(), where="x", query_id="q1") == record
-    with pytest.raises(StreamStateError, match="belongs to query 'q1', not q2"):
-        StreamProgress.from_bytes(record.to_bytes(), where="x", query_id="q2")
-    with pytest.raises(ManifestVersionError):
-        StreamProgress.from_bytes(record.to_bytes().replace(b'"version":1', b'"version":9'), where="x",
-                                  query_id="q1")
 
 
 def test_every_option_the_readme_lists_is_one_the_data_source_takes() -> None:

@@ -7,16 +7,17 @@ its JVM, and the Python workers the JVM starts, where a Python data source's str
 next kill point, until a run ends by itself with the input used up:
 
 1. ``commit.after_complete:1`` -- micro-batch 0 killed during its completes: part of it visible, the rest pending;
-2. ``stream.after_data_commit`` -- micro-batch 1 committed, the sink's progress record not updated (it still names
-   the attempt as pending): only the table's commit order tells that it committed;
-3. ``stream.after_progress`` -- micro-batch 2 committed and recorded, Spark's commit log not written: Spark replays
-   it, and the progress record tells the replay it was committed;
+   the replay finishes that attempt, and rolls its own back;
+2. ``stream.after_data_commit`` -- micro-batch 1 committed, Spark's commit log not written: Spark replays it, and
+   the table's commit order (version 1 of the query, committed) tells the replay it was committed;
+3. ``commit.after_journal`` -- micro-batch 2's commit begun (its journal written), nothing of it visible yet: the
+   replay finishes it and writes nothing itself;
 4. no kill: the replay of 2 and the micro-batches left.
 
 Spark replays each killed micro-batch from its offset log. At the end every input row is in the table exactly once
 -- read back by pyarrow's dataset reader, and by listing the keys and reading each file -- each micro-batch is one
-job holding exactly its input file's rows, one place in the table's commit order each, nothing pending, no job
-records left, and the progress record agrees with Spark's commit log and the commit order.
+job holding exactly its input file's rows, one committed place in the table's commit order each, nothing pending, no
+job records left, and the commit order's newest version of the query is the last micro-batch.
 
 The S3 server is the session's moto server (over HTTP, which the driver processes reach as any client would).
 """
@@ -36,7 +37,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.spark.test_datasource import DT
-from tests.spark.test_streaming import add_file
+from tests.spark.test_streaming import add_file, newest
 from tests.support.checks import all_keys, list_objects, pending_uploads, read_object
 from tests.support.spark_tables import JOB_ID, PYSPARK4, SPARK_MARKS, STREAM_SINK, assert_clean, data_keys, read_table, s3_filesystem
 
@@ -47,7 +48,7 @@ ROWS_PER_FILE = 10
 FILES = 5
 #: The kill of each run, in order; the last run is not killed.
 KILLS = ("commit.after_complete:1:killgroup", "stream.after_data_commit::killgroup",
-         "stream.after_progress::killgroup", None)
+         "commit.after_journal::killgroup", None)
 
 
 def test_the_kill_points_are_the_sinks_named_points() -> None:
@@ -56,7 +57,7 @@ def test_the_kill_points_are_the_sinks_named_points() -> None:
     for fault in filter(None, KILLS):
         point, _, rest = fault.partition(":")
         assert point in faults.POINTS and rest.endswith(":killgroup"), fault
-    assert {"stream.after_data_commit", "stream.after_progress"} <= set(faults.POINTS)
+    assert {"stream.before_commit", "stream.after_settle", "stream.after_data_commit"} <= set(faults.POINTS)
 
 
 def run_driver(config: dict[str, Any], fault: str | None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -105,9 +106,8 @@ def logged(checkpoint: Path, log: str) -> set[int]:
     return {int(p.name) for p in folder.iterdir() if p.name.isdigit()} if folder.exists() else set()
 
 
-def progress(be: Any, bucket: str) -> dict[str, Any]:
-    (key,) = [o["Key"] for o in list_objects(be.client, bucket, "t/_mpcommit/streams/")]
-    return json.loads(read_object(be.client, bucket, key))
+def query_id_of(checkpoint: Path) -> str:
+    return json.loads((checkpoint / "metadata").read_text())["id"]
 
 
 def rows_by_job(be: Any, bucket: str) -> dict[str, list[int]]:
@@ -147,15 +147,15 @@ def test_a_driver_killed_at_each_point_of_a_commit_and_restarted_commits_every_r
         assert not [line for line in run.stdout.splitlines() if line.startswith("{")]
         assert logged(checkpoint, "offsets") == set(range(killed_batch + 1))
         assert logged(checkpoint, "commits") == set(range(killed_batch)), "Spark did not log the killed batch"
-        record = progress(be, bucket)
+        last = newest(be, bucket, query_id_of(checkpoint))
         if fault.startswith("commit.after_complete"):  # part of micro-batch 0 completed, the rest still pending
             assert pending_uploads(be.client, bucket, "t"), "killed during the completes: uploads left pending"
-            assert record["pending"]["batchId"] == 0 and record["lastBatchId"] == -1
-        elif fault.startswith("stream.after_data_commit"):  # committed; the record still names it as pending
-            assert record["pending"]["batchId"] == killed_batch and record["lastBatchId"] == killed_batch - 1
-            assert record["pending"]["jobId"] in rows_by_job(be, bucket)
-        else:  # committed and recorded; only Spark's commit log is missing
-            assert record["lastBatchId"] == killed_batch and record["pending"] is None
+            assert last is None, "micro-batch 0's commit did not end: no version of the query committed"
+        elif fault.startswith("stream.after_data_commit"):  # committed; only Spark's commit log is missing
+            assert last.version == killed_batch and last.job_id in rows_by_job(be, bucket)
+        else:  # the journal written, nothing completed: the order has the batch before it as the newest
+            assert last.version == killed_batch - 1
+            assert pending_uploads(be.client, bucket, "t"), "killed after the journal: its uploads pending"
 
     expected = list(range(FILES * ROWS_PER_FILE))
     # Every row exactly once, as pyarrow's dataset reader sees the table ...
@@ -169,9 +169,10 @@ def test_a_driver_killed_at_each_point_of_a_commit_and_restarted_commits_every_r
     assert_clean(be.client, bucket, "t")
     assert pending_uploads(be.client, bucket) == []
     assert len(order_places(be, bucket)) == FILES
-    # The progress record agrees with Spark's commit log and the commit order.
+    # The commit order's newest version of the query agrees with Spark's commit log.
     assert logged(checkpoint, "commits") == set(range(FILES))
-    record = progress(be, bucket)
-    assert record["queryId"] == json.loads((checkpoint / "metadata").read_text())["id"]
-    assert (record["lastBatchId"], record["pending"], record["lastPosition"]) == (FILES - 1, None, FILES)
-    assert by_job[record["lastJobId"]] == list(range((FILES - 1) * ROWS_PER_FILE, FILES * ROWS_PER_FILE))
+    (key,) = [o["Key"] for o in list_objects(be.client, bucket, "t/_mpcommit/streams/")]
+    assert json.loads(read_object(be.client, bucket, key))["queryId"] == query_id_of(checkpoint)
+    last = newest(be, bucket, query_id_of(checkpoint))
+    assert (last.version, last.position) == (FILES - 1, FILES)
+    assert by_job[last.job_id] == list(range((FILES - 1) * ROWS_PER_FILE, FILES * ROWS_PER_FILE))

@@ -1,27 +1,30 @@
 """The ``mpcommit`` streaming sink in real Spark on moto: ``df.writeStream.format("mpcommit")`` with a checkpoint, each
 micro-batch one job; a micro-batch that Spark replays after a restart (its commit log lost between mpcommit's data
-commit and Spark's own, or between the data commit and the sink's progress record) is recognised and not written
-twice; a micro-batch whose task failed leaves nothing visible or pending; a query restarted on another table is
-refused by name.
+commit and Spark's own) is recognised by the table's commit order, where each micro-batch committed as a version of
+the query, and not written twice; a micro-batch whose task failed leaves nothing visible or pending; a query
+restarted on another table is refused by name.
 
 The source is Spark's file source over local JSON files, one file per micro-batch (``maxFilesPerTrigger``), run
 with ``trigger(availableNow=True)`` so that each run ends by itself. A "crash" is what it leaves behind: Spark's
 commit log entry for the last micro-batch removed (Spark then replays that micro-batch from its offset log on the
-next start), and for the second kind the sink's progress record put back as it was before the data commit.
+next start).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pyspark.sql import functions as F
 
-from mpcommit.spark.streaming import Pending, StreamProgress
+from mpcommit.protocol.layout import Table
+from mpcommit.protocol.order import TableOrder
+from mpcommit.protocol.records.order import TxnRecord
+from mpcommit.protocol.stream import batch_txn
+from mpcommit.store.s3 import S3Store
 from tests.support.spark_tables import JOB_ID, PYSPARK4, SPARK_MARKS, STREAM_SINK, assert_clean, data_keys, read_table, s3_filesystem
 from tests.spark.test_datasource import DT, ids, last_commit, s3, source  # noqa: F401 - source: the fixture
 from tests.support.checks import all_keys, list_objects, pending_uploads, read_object
@@ -52,11 +55,17 @@ def run(spark: Any, backend: Any, folder: Path, checkpoint: Path, uri: str, *, p
     return query
 
 
-def progress(backend: Any, bucket: str) -> tuple[str, dict]:
-    """The sink's one progress record under the table: (key, record)."""
+def query_record(backend: Any, bucket: str) -> dict:
+    """The sink's one record of the query under the table."""
     keys = [o["Key"] for o in list_objects(backend.client, bucket, "t/_mpcommit/streams/")]
     assert len(keys) == 1, keys
-    return keys[0], json.loads(read_object(backend.client, bucket, keys[0]))
+    return json.loads(read_object(backend.client, bucket, keys[0]))
+
+
+def newest(backend: Any, bucket: str, query_id: str) -> TxnRecord | None:
+    """The ledger: the query's newest micro-batch committed (its version) and the job that did, as the table's
+    commit order holds it."""
+    return TableOrder(S3Store(backend.options), Table(bucket, "t")).txn_state(batch_txn(query_id, 0).app_id).newest
 
 
 def jobs_of(backend: Any, bucket: str) -> set[str]:
@@ -80,8 +89,8 @@ def lose_commit_log(checkpoint: Path, batch: int) -> None:
 @pytest.mark.ci_on("localstack")
 @pytest.mark.parametrize("server", ["moto", pytest.param("localstack", marks=pytest.mark.localstack)])
 def test_each_micro_batch_is_committed_exactly_once_across_replays(source, server, request, tmp_path) -> None:  # noqa: ANN001, F811
-    # The sink's record is rewritten with conditional writes, and replays list the table's job records: on moto
-    # and on LocalStack's S3.
+    # The sink's record is created with a conditional write, and replays list the table's job records: on moto and
+    # on LocalStack's S3.
     be = request.getfixturevalue(f"{server}_backend")
     bucket = be.new_bucket()
     uri, folder, checkpoint = f"s3://{bucket}/t", tmp_path / "in", tmp_path / "checkpoint"
@@ -92,54 +101,39 @@ def test_each_micro_batch_is_committed_exactly_once_across_replays(source, serve
     q = run(source, be, folder, checkpoint, uri)
     assert q.exception() is None, q.exception()
     assert ids(be, bucket, "t") == list(range(20))
-    key, after_1 = progress(be, bucket)
-    assert (after_1["lastBatchId"], after_1["pending"]) == (1, None)
-    assert after_1["queryId"] == json.loads((checkpoint / "metadata").read_text())["id"]
+    query_id = json.loads((checkpoint / "metadata").read_text())["id"]
+    assert query_record(be, bucket)["queryId"] == query_id
+    after_1 = newest(be, bucket, query_id)
+    assert after_1.version == 1
     # Each micro-batch was one job: its id, carried by every file name, differs between the two.
     assert len(jobs_of(be, bucket)) == 2
 
-    # 1. Killed after the data commit and the sink's record, before Spark's commit log: Spark replays batch 1.
+    # 1. Killed after the data commit, before Spark's commit log: Spark replays batch 1.
     lose_commit_log(checkpoint, 1)
     add_file(folder, 2, range(20, 30))
     q = run(source, be, folder, checkpoint, uri)
     assert q.exception() is None, q.exception()
     assert replayed(q, checkpoint, 1)
     assert ids(be, bucket, "t") == list(range(30)), "batch 1 replayed, not written twice; batch 2 written"
-    _, after_2 = progress(be, bucket)
-    assert after_2["lastBatchId"] == 2 and after_2["lastJobId"] != after_1["lastJobId"]
+    after_2 = newest(be, bucket, query_id)
+    assert after_2.version == 2 and after_2.job_id != after_1.job_id
     assert len(jobs_of(be, bucket)) == 3, "the replayed attempt of batch 1 left no file"
     assert_clean(be.client, bucket, "t")
 
-    # 2. Killed after the data commit, before the sink's record: the record still names batch 2 as pending, and
-    # only the table's commit order tells that it committed.
-    forged = replace(StreamProgress.from_bytes(json.dumps(after_1).encode(), where=key, query_id=after_1["queryId"]),
-                     pending=Pending(2, after_2["lastJobId"], after_1["lastPosition"]))
-    be.client.put_object(Bucket=bucket, Key=key, Body=forged.to_bytes())
-    lose_commit_log(checkpoint, 2)
-    add_file(folder, 3, range(30, 40))
-    q = run(source, be, folder, checkpoint, uri)
-    assert q.exception() is None, q.exception()
-    assert replayed(q, checkpoint, 2)
-    assert ids(be, bucket, "t") == list(range(40)), "batch 2 replayed, found in the commit order, not written twice"
-    _, after_3 = progress(be, bucket)
-    assert (after_3["lastBatchId"], after_3["pending"]) == (3, None)
-    assert len(jobs_of(be, bucket)) == 4, "the replayed attempt of batch 2 left no file"
-    assert_clean(be.client, bucket, "t")
-
-    # 3. A micro-batch whose task fails: rolled back, nothing of it visible or pending; the record unchanged.
+    # 2. A micro-batch whose task fails: rolled back, nothing of it visible or pending; the ledger unchanged.
     before = all_keys(be.client, bucket)
-    add_file(folder, 4, range(40, 50))
-    q = run(source, be, folder, checkpoint, uri, poison=45)
+    add_file(folder, 3, range(30, 40))
+    q = run(source, be, folder, checkpoint, uri, poison=35)
     assert q.exception() is not None and "poisoned row" in str(q.exception())
     assert all_keys(be.client, bucket) == before
     assert pending_uploads(be.client, bucket) == []
-    assert progress(be, bucket)[1]["lastBatchId"] == 3
+    assert newest(be, bucket, query_id) == after_2
 
-    # 4. The same checkpoint on another table: refused by name, nothing left there.
+    # 3. The same checkpoint on another table: refused by name, nothing left there.
     q = run(source, be, folder, checkpoint, f"s3://{bucket}/elsewhere")
     assert q.exception() is not None and "holds no record of it" in str(q.exception())
     assert all_keys(be.client, bucket, "elsewhere/") == set() and pending_uploads(be.client, bucket) == []
-    assert ids(be, bucket, "t") == list(range(40))
+    assert ids(be, bucket, "t") == list(range(30))
 
 
 def test_complete_mode_replaces_the_table_with_each_micro_batch_exactly_once(source, moto_backend, tmp_path) -> None:  # noqa: ANN001, F811
@@ -174,8 +168,8 @@ def test_complete_mode_replaces_the_table_with_each_micro_batch_exactly_once(sou
     run_complete()
     assert table() == expected(20), "micro-batch 1's result replaced micro-batch 0's"
     assert len(jobs_of(be, bucket)) == 1, "only the last micro-batch's files are visible"
-    key, record = progress(be, bucket)
-    assert (record["lastBatchId"], record["pending"]) == (1, None)
+    query_id = query_record(be, bucket)["queryId"]
+    assert newest(be, bucket, query_id).version == 1
     last = last_commit(be, bucket, "t")
     assert last["mode"] == "overwrite"
 
@@ -186,8 +180,7 @@ def test_complete_mode_replaces_the_table_with_each_micro_batch_exactly_once(sou
     assert replayed(q, checkpoint, 1)
     assert table() == expected(30)
     (job,) = jobs_of(be, bucket)
-    _, record = progress(be, bucket)
-    assert (record["lastBatchId"], record["pending"], record["lastJobId"]) == (2, None, job)
+    assert (newest(be, bucket, query_id).version, newest(be, bucket, query_id).job_id) == (2, job)
     assert len([k for k in all_keys(be.client, bucket, "t/_mpcommit/order/") if not k.endswith(".done")]) == 3, \
         "one place in the commit order per micro-batch: the replay took none"
     assert_clean(be.client, bucket, "t")
