@@ -103,19 +103,15 @@ GONE = _Gone()
 
 class _EndWatch:
     """:meth:`Finisher.end_of` as the finishing turn asks it (``FinisherTurn.take(ended=...)``), keeping its last
-    answer: how the job ended, when the turn was not taken because it had (``last``); and whether it was found
-    not ended while this process held the turn (``open_under_turn``) -- the turn's own last question before it
-    is taken, so that the finisher need not ask the same of the store again at once."""
+    answer: how the job ended, when the turn was not taken because it had (``last``), so that the finisher does
+    not ask the store the same again at once (an end never changes)."""
 
-    def __init__(self, ask: Callable[[], OrderOutcome | Collected | _Gone | None], turn: FinisherTurn):
+    def __init__(self, ask: Callable[[], OrderOutcome | Collected | _Gone | None]):
         self._ask = ask
-        self._turn = turn
         self.last: OrderOutcome | Collected | _Gone | None = None
-        self.open_under_turn = False
 
     def __call__(self) -> bool:
         self.last = self._ask()
-        self.open_under_turn = self.last is None and self._turn.held
         return self.last is not None
 
 
@@ -135,7 +131,7 @@ class Finisher:
         work = self.work
         heartbeat = Heartbeat(work.store, work.paths, work.order.settings.heartbeat_seconds, role=role)
         turn = FinisherTurn(work.store, work.paths, work.order.settings, heartbeat)
-        watch = _EndWatch(lambda: self.end_of(journal, etag=etag), turn)
+        watch = _EndWatch(lambda: self.end_of(journal, etag=etag))
         try:
             if not turn.take(ended=watch):
                 with CommitContext(work.threads) as context:
@@ -143,8 +139,7 @@ class Finisher:
             work.heartbeat = heartbeat
             with CommitContext(work.threads) as context:
                 faults.checkpoint("commit.after_turn")
-                return self._finish(journal, context, hold=self._hold(heartbeat), validated=False,
-                                    open_under_turn=watch.open_under_turn)
+                return self._finish(journal, context, hold=self._hold(heartbeat), validated=False)
         finally:
             heartbeat.stop()
             turn.release()  # a no-op once the job's records went, the turn with them
@@ -160,7 +155,7 @@ class Finisher:
         work = self.work
         heartbeat = self._driver_heartbeat()
         turn = FinisherTurn(work.store, work.paths, work.order.settings, heartbeat)
-        watch = _EndWatch(lambda: self.end_of(journal), turn)
+        watch = _EndWatch(lambda: self.end_of(journal))
         ended = False
         try:
             faults.checkpoint("commit.after_journal")
@@ -228,10 +223,8 @@ class Finisher:
     def _finish(self, journal: CommitJournal, context: CommitContext, *, entry: OrderEntry | None = None,
                 hold: Hold | None = None, inline: dict[str, TaskManifest | None] | None = None,
                 timings: dict[str, float] | None = None, started: float | None = None, validated: bool = True,
-                when_ended: Callable[[int], None] | None = None, end: OrderOutcome | Collected | _Gone | None = None,
-                open_under_turn: bool = False) -> CommitReport:
-        """``end``: how the job was found ended, right before, by the turn that was therefore not taken.
-        ``open_under_turn``: the job was found not ended after this process took its turn (:class:`_EndWatch`)."""
+                when_ended: Callable[[int], None] | None = None, end: OrderOutcome | Collected | _Gone | None = None) -> CommitReport:
+        """``end``: how the job was found ended, right before, by the turn that was therefore not taken."""
         work = self.work
         if isinstance(end, (OrderOutcome, Collected)):
             return self._ended_elsewhere(journal, end)
@@ -239,13 +232,9 @@ class Finisher:
             entry = self._place_of(journal)
             if entry is None:
                 return self._ended_elsewhere(journal, Collected(journal.position or 0))
-            # Found open under the turn a moment ago: no other process can have ended it since, unless it took the
-            # job over -- which takes a lease of silence of this process's heartbeat, whose last beat landed less
-            # than half a lease ago (the fences' own rule, fence.Hold). After a pause (commit.after_turn), asked
-            # again.
-            just_seen = (open_under_turn and journal.position is not None and hold is not None
-                         and hold.heartbeat.holds(within=hold.lease_seconds / 2))
-            ended = None if just_seen else work.order.ended(entry.position)
+            # Asked again, though the turn found it open a moment ago: a pause may lie between (commit.after_turn),
+            # and one request is cheaper than reasoning about which pauses a lease covers.
+            ended = work.order.ended(entry.position)
             if ended is not None:
                 return self._ended_elsewhere(journal, ended)
         if hold is None:  # the turn was not taken: the job ended in another's hands after all
