@@ -24,7 +24,8 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from ..errors import ManifestError, NoSuchKeyError, OperationCancelledError
 from ..modes import JobState
@@ -33,8 +34,11 @@ from ..pool import ProgressHook, run_bounded
 from ..options import OrderSettings
 from ..store.s3 import ObjectInfo, S3Store, UploadInfo
 from .layout import Destination, JobPaths, job_id_of_hidden_key, job_id_of_key, owner_of_key, table_of
-from .records.job import JobDescriptor, JobRollback, read_claim
+from .records.job import CommitJournal, JobDescriptor, JobRollback, read_claim
 from .records.success import SuccessData
+
+if TYPE_CHECKING:
+    from .order import TableOrder
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +60,11 @@ class JobStatus:
     pending_bytes: int | None = None
     mode: str | None = None
     purpose: str | None = None
+    #: What held its journal key when its state was judged -- a COMMITTING job's journal, a ROLLING_BACK one's
+    #: rollback record -- and the ETag it was read with, so that ``recover`` acts on the record that decided the
+    #: state without reading it again; None where the key held nothing readable.
+    claim: CommitJournal | JobRollback | None = field(default=None, compare=False, repr=False)
+    claim_etag: str | None = field(default=None, compare=False, repr=False)
 
     def age_seconds(self, now: float | None = None) -> float | None:
         return _seconds_since(self.created_ms, now)
@@ -103,8 +112,10 @@ def _status(store: S3Store, destination: Destination, job_id: str, records: Sequ
                                                   where=paths.descriptor, destination=destination, job_id=job_id)
         except (ManifestError, NoSuchKeyError) as exc:
             log.warning("unreadable job descriptor s3://%s/%s: %s", destination.bucket, paths.descriptor, exc)
+    claim: CommitJournal | JobRollback | None = None
+    claim_etag: str | None = None
     if paths.journal in keys:
-        state = _claim_state(store, destination, job_id)
+        state, claim, claim_etag = _claim_state(store, destination, job_id)
     else:
         success = successes.of(destination)
         state = JobState.COMMITTED if success is not None and success.job_id == job_id else JobState.WRITING
@@ -116,20 +127,23 @@ def _status(store: S3Store, destination: Destination, job_id: str, records: Sequ
         job_id=job_id, destination=destination, state=state, records=len(records), created_ms=created,
         last_activity_ms=max(signs_of_life, default=None), pending_uploads=pending_uploads,
         mode=descriptor.mode.value if descriptor else None, purpose=descriptor.purpose.value if descriptor else None,
+        claim=claim, claim_etag=claim_etag,
     )
 
 
-def _claim_state(store: S3Store, destination: Destination, job_id: str) -> JobState:
-    """COMMITTING or ROLLING_BACK, from what holds the job's journal key (unreadable: COMMITTING, never cleaned)."""
+def _claim_state(store: S3Store, destination: Destination,
+                 job_id: str) -> tuple[JobState, CommitJournal | JobRollback | None, str | None]:
+    """COMMITTING or ROLLING_BACK, from what holds the job's journal key (unreadable: COMMITTING, never cleaned),
+    with that record and its ETag (None, None: gone meanwhile, or unreadable)."""
     paths = JobPaths(destination, job_id)
     try:
-        claim = read_claim(store.get_object(destination.bucket, paths.journal), where=paths.journal,
-                           destination=destination, job_id=job_id)
+        data, etag = store.get_object_and_etag(destination.bucket, paths.journal)
+        claim = read_claim(data, where=paths.journal, destination=destination, job_id=job_id)
     except NoSuchKeyError:
-        return JobState.COMMITTING  # gone meanwhile: the next look tells
+        return JobState.COMMITTING, None, None  # gone meanwhile: the next look tells
     except ManifestError:
-        return JobState.COMMITTING
-    return JobState.ROLLING_BACK if isinstance(claim, JobRollback) else JobState.COMMITTING
+        return JobState.COMMITTING, None, None
+    return (JobState.ROLLING_BACK if isinstance(claim, JobRollback) else JobState.COMMITTING), claim, etag
 
 
 def committing_jobs(store: S3Store, destination: Destination) -> set[str]:
@@ -170,12 +184,13 @@ def list_jobs(store: S3Store, destination: Destination, *, with_bytes: bool = Fa
 
 
 def list_table_jobs(store: S3Store, destination: Destination, *, order: OrderSettings | None = None,
-                    with_bytes: bool = False) -> list[JobStatus]:
+                    with_bytes: bool = False, table_order: TableOrder | None = None) -> list[JobStatus]:
     """The jobs of a destination (:func:`list_jobs`), then those of the partition destinations inside it (a job
     given ``s3://b/t/dt=1`` keeps its records under that URI): the ones holding a place in the table's commit
     order -- open (interrupted in their commit) or ended and not yet collected (a commit interrupted in its
     cleanup leaves records behind an ended place) -- and the ones whose pending uploads lie under this destination
-    (still writing). What ``jobs list`` shows is what ``jobs recover`` acts on."""
+    (still writing). What ``jobs list`` shows is what ``jobs recover`` acts on. ``table_order``: the table's
+    order as the caller reads it (its entries read here are then cached there), else a new one."""
     from .order import TableOrder
 
     found = list_jobs(store, destination, with_bytes=with_bytes)
@@ -183,7 +198,7 @@ def list_table_jobs(store: S3Store, destination: Destination, *, order: OrderSet
     table = table_of(destination)
     inside = table.path_of(destination)
     elsewhere: dict[Destination, set[str]] = defaultdict(set)
-    view_order = TableOrder(store, table, order)
+    view_order = table_order if table_order is not None else TableOrder(store, table, order)
     view = view_order.view()
     # Every place the order holds: the entries are read side by side once, and one listing per partition
     # destination named in them finds the records left there.

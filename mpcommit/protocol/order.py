@@ -162,13 +162,17 @@ class OrderSnapshot:
 
 
 class TableOrder:
-    """The commit order of one table. Entries are immutable once written, so they are cached."""
+    """The commit order of one table. Entries, ends and checkpoints never change once written (each is created
+    with If-None-Match), so those read are cached -- an end only once found: a place without one may end at any
+    moment, so its absence is asked of the store every time. One TableOrder may serve every job of its table
+    that one process decides in a row (``recover``: each entry and end read once for all of them)."""
 
     def __init__(self, store: S3Store, table: Table, settings: OrderSettings | None = None):
         self.store = store
         self.table = table
         self.settings = settings or OrderSettings()
         self._entries: dict[int, OrderEntry] = {}
+        self._outcomes: dict[int, OrderOutcome] = {}
         self._checkpoints: dict[int, OrderCheckpoint] = {}
 
     def _records(self) -> Records:
@@ -298,13 +302,20 @@ class TableOrder:
         return entry
 
     def outcome(self, position: int) -> OrderOutcome | None:
+        """How the job at ``position`` ended, by its end record; None while there is none (read again next time:
+        an end is cached once found, its absence never)."""
+        cached = self._outcomes.get(position)
+        if cached is not None:
+            return cached
         key = self.outcome_key(position)
         try:
             data = self.store.get_object(self.table.bucket, key)
         except NoSuchKeyError:
             return None
-        return OrderOutcome.from_bytes(data, where=f"s3://{self.table.bucket}/{key}", table=self.table,
-                                       position=position)
+        found = OrderOutcome.from_bytes(data, where=f"s3://{self.table.bucket}/{key}", table=self.table,
+                                        position=position)
+        self._outcomes[position] = found
+        return found
 
     def entries(self, positions: Iterable[int]) -> list[OrderEntry]:
         found = []
@@ -367,8 +378,9 @@ class TableOrder:
                               by=by or f"pid {os.getpid()}", txn=txn)
         key = self.outcome_key(entry.position)
         if isinstance(self._records().create(key, record.to_bytes()), Held):
+            self._outcomes[entry.position] = record
             return record, True
-        found = self.outcome(entry.position)
+        found = self.outcome(entry.position)  # another process's end, read after this create was refused
         if found is not None:
             return found, False
         raise PreconditionFailedError(f"the end of place {entry.position} of {self.table.uri} could not be read back",
@@ -489,6 +501,7 @@ class TableOrder:
         finally:
             for p in doomed:
                 self._entries.pop(p, None)
+                self._outcomes.pop(p, None)
         return deleted
 
     def _write_checkpoint(self, view: OrderView, doomed: list[int]) -> None:

@@ -18,7 +18,8 @@ from ..units import short_duration
 from ..store.s3 import S3Store, store_for
 from .commit import DEFAULT_COMMIT_THREADS, CommitReport, JobCommitter
 from .inventory import JobStatus, list_table_jobs
-from .layout import Destination, job_id_of_key, parse_uri
+from .layout import Destination, Table, job_id_of_key, parse_uri, table_of
+from .order import TableOrder
 from .records.job import CommitJournal, JobRollback
 
 
@@ -65,10 +66,21 @@ def recover(
     store = store or store_for(s3 or S3Options())
     actions: list[RecoveryAction] = []
     now = store.server_time(dest.bucket)
-    for status in list_table_jobs(store, dest, order=order):
+    # One reading of each table's order for all its jobs: its entries and ends, which never change once written,
+    # are read once (what may still change -- a place's end not yet written, the listing -- is asked every time).
+    orders: dict[Table, TableOrder] = {}
+
+    def order_of(destination: Destination) -> TableOrder:
+        table = table_of(destination)
+        if table not in orders:
+            orders[table] = TableOrder(store, table, order)
+        return orders[table]
+
+    for status in list_table_jobs(store, dest, order=order, table_order=order_of(dest)):
         if job_id is not None and status.job_id != job_id:
             continue
-        committer = JobCommitter(store, status.destination, status.job_id, threads=threads, order=order)
+        committer = JobCommitter(store, status.destination, status.job_id, threads=threads, order=order,
+                                 table_order=order_of(status.destination))
         try:
             if status.state is JobState.COMMITTING and not finish_commits:
                 action = RecoveryAction(status.job_id, RecoveryOutcome.SKIPPED, "its commit was interrupted: finish "
@@ -88,10 +100,15 @@ def _recover_one(committer: JobCommitter, status: JobStatus, *, named: bool, old
                  dry_run: bool) -> RecoveryAction:
     job = status.job_id
     if status.state in (JobState.COMMITTING, JobState.ROLLING_BACK):
-        try:
-            claim = committer.read_claim()
-        except NoSuchKeyError:
-            claim = None
+        # The record that decided its state, as the listing read it: a journal is written once and never replaced
+        # (only removed, once the job ended -- which the finisher asks afresh once it holds the job's turn), a
+        # rollback record is claimed again by the rollback itself. Read here only where the listing could not.
+        claim, etag = status.claim, status.claim_etag
+        if claim is None:
+            try:
+                claim, etag = committer.work.read_claim_and_etag()
+            except NoSuchKeyError:
+                claim = None
         if claim is None:
             return RecoveryAction(job, RecoveryOutcome.FINISHED, "its commit was ended by another process meanwhile")
         if isinstance(claim, JobRollback):
@@ -104,7 +121,7 @@ def _recover_one(committer: JobCommitter, status: JobStatus, *, named: bool, old
         if dry_run:
             return RecoveryAction(job, RecoveryOutcome.WOULD_FINISH, _preview(committer, claim))
         try:
-            report = committer.finish(claim)
+            report = committer.finish(claim, etag=etag)
         except JobRolledBackError as exc:
             return RecoveryAction(job, RecoveryOutcome.ROLLED_BACK, str(exc))
         if report.finished_elsewhere:

@@ -34,7 +34,7 @@ from ...store.s3 import S3Store
 from .. import faults
 from ..heartbeat import Heartbeat
 from ..layout import Destination
-from ..order import OrderSnapshot
+from ..order import OrderSnapshot, TableOrder
 from ..records.job import CommitJournal, DeleteEntry, JobDescriptor, JobRollback, MergedFile
 from ..records.manifest import TaskResult
 from ..records.order import OrderEntry, Outcome, Txn, TxnRecord
@@ -59,13 +59,15 @@ class JobCommitter:
     by a :class:`~.rollback.Rollback`. Holds no state between calls but its settings and the job's heartbeat.
 
     ``threads``: the commit's requests in flight (0: all on the caller's thread, for deterministic tests);
-    ``order``: how the job waits for the jobs before it in its table's commit order.
+    ``order``: how the job waits for the jobs before it in its table's commit order; ``table_order``: that order
+    as this process reads it already (:class:`~.work.JobWork`).
     """
 
     def __init__(self, store: S3Store, destination: Destination, job_id: str, *,
                  threads: int = DEFAULT_COMMIT_THREADS, progress: ProgressHook | None = None,
-                 order: OrderSettings | None = None):
-        self.work = JobWork(store, destination, job_id, threads=threads, progress=progress, order=order)
+                 order: OrderSettings | None = None, table_order: TableOrder | None = None):
+        self.work = JobWork(store, destination, job_id, threads=threads, progress=progress, order=order,
+                            table_order=table_order)
         self.finisher = Finisher(self.work, self._take_over)
         # Shorthands for the commit below.
         self.store, self.destination, self.job_id = store, destination, job_id
@@ -193,16 +195,17 @@ class JobCommitter:
             job_id=self.job_id, other_job_id="", destination=self.destination.uri)
 
     # ------------------------------------------------------------ finish, recover, roll back
-    def finish(self, journal: CommitJournal, *, role: str = "recover") -> CommitReport:
-        """Carry out a journal, as ``recover`` does: see :meth:`.finisher.Finisher.finish`."""
-        return self.finisher.finish(journal, role=role)
+    def finish(self, journal: CommitJournal, *, role: str = "recover", etag: str | None = None) -> CommitReport:
+        """Carry out a journal, as ``recover`` does: see :meth:`.finisher.Finisher.finish` (``etag``: the ETag the
+        journal was read with, where known)."""
+        return self.finisher.finish(journal, role=role, etag=etag)
 
     def recover_job(self, *, reason: str, role: str = "recover") -> CommitReport | AbortReport:
         """Finish this job from its journal, go on with its interrupted rollback, or roll it back when its
         commit never began (JobStateError if it begins meanwhile)."""
-        claim = self.read_claim()
+        claim, etag = self.work.read_claim_and_etag()
         if isinstance(claim, CommitJournal):
-            return self.finish(claim, role=role)
+            return self.finish(claim, role=role, etag=etag)
         return self.rollback(reason=reason)
 
     def read_claim(self) -> CommitJournal | JobRollback | None:
@@ -230,7 +233,7 @@ class JobCommitter:
         """Finish or roll back another job of the table that went silent: one before this one that it waits for
         (TableOrder.wait_for_earlier), or a dead one holding the order's collection back (collect_garbage)."""
         committer = JobCommitter(self.store, self.table.destination(other.destination), other.job_id,
-                                 threads=self.threads, order=self.order.settings)
+                                 threads=self.threads, order=self.order.settings, table_order=self.order)
         log.warning("job %s: job %s, which %s in the commit order of %s, has been silent for %.0f s; finishing or "
                     "rolling it back", self.job_id, other.job_id, why, self.table.uri,
                     self.order.settings.lease_seconds)

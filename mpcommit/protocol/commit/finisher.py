@@ -91,6 +91,30 @@ class Tally:
         return {p: PartitionStats(n, b, r) for p, (n, b, r) in sorted(self.per_partition.items())}
 
 
+class _Gone:
+    """The job's journal is no longer at its key: another process finished or rolled it back."""
+
+    def __repr__(self) -> str:
+        return "GONE"
+
+
+GONE = _Gone()
+
+
+class _EndWatch:
+    """:meth:`Finisher.end_of` as the finishing turn asks it (``FinisherTurn.take(ended=...)``), keeping its last
+    answer: how the job ended, when the turn was not taken because it had (``last``), so that the finisher does
+    not ask the store the same again at once (an end never changes)."""
+
+    def __init__(self, ask: Callable[[], OrderOutcome | Collected | _Gone | None]):
+        self._ask = ask
+        self.last: OrderOutcome | Collected | _Gone | None = None
+
+    def __call__(self) -> bool:
+        self.last = self._ask()
+        return self.last is not None
+
+
 class Finisher:
     """Carries out the journal of ``work``'s job. ``take_over`` finishes or rolls back a silent job in its way."""
 
@@ -99,17 +123,19 @@ class Finisher:
         self.take_over = take_over
 
     # ------------------------------------------------------------ who finishes
-    def finish(self, journal: CommitJournal, *, role: str = "recover") -> CommitReport:
+    def finish(self, journal: CommitJournal, *, role: str = "recover", etag: str | None = None) -> CommitReport:
         """Carry out a journal (``recover``): every manifest validated first, then as a first commit would.
         Finishers of one job take turns (:mod:`.turn`): one that waited finds the job ended by the other.
-        ``role`` names this finisher in the job's heartbeat, for people and errors."""
+        ``role`` names this finisher in the job's heartbeat, for people and errors. ``etag``: the ETag the
+        journal was read with, where known: whether it is still there is then asked by a HEAD, not read again."""
         work = self.work
         heartbeat = Heartbeat(work.store, work.paths, work.order.settings.heartbeat_seconds, role=role)
         turn = FinisherTurn(work.store, work.paths, work.order.settings, heartbeat)
+        watch = _EndWatch(lambda: self.end_of(journal, etag=etag))
         try:
-            if not turn.take(ended=lambda: self.ended(journal)):
+            if not turn.take(ended=watch):
                 with CommitContext(work.threads) as context:
-                    return self._finish(journal, context, validated=False)
+                    return self._finish(journal, context, validated=False, end=watch.last)
             work.heartbeat = heartbeat
             with CommitContext(work.threads) as context:
                 faults.checkpoint("commit.after_turn")
@@ -129,13 +155,14 @@ class Finisher:
         work = self.work
         heartbeat = self._driver_heartbeat()
         turn = FinisherTurn(work.store, work.paths, work.order.settings, heartbeat)
+        watch = _EndWatch(lambda: self.end_of(journal))
         ended = False
         try:
             faults.checkpoint("commit.after_journal")
-            if not turn.take(ended=lambda: self.ended(journal)):
+            if not turn.take(ended=watch):
                 # A recover took the turn between the journal and here, and finished the job.
                 ended = True
-                return self._finish(journal, context, validated=False)
+                return self._finish(journal, context, validated=False, end=watch.last)
             faults.checkpoint("commit.after_turn")
             report = self._finish(journal, context, entry=entry, hold=self._hold(heartbeat), inline=inline,
                                   timings=timings, started=started, when_ended=when_ended)
@@ -156,13 +183,30 @@ class Finisher:
     def ended(self, journal: CommitJournal) -> bool:
         """The job's end is recorded (or collected), or its journal is gone (finished or rolled back by another
         process)."""
+        return self.end_of(journal) is not None
+
+    def end_of(self, journal: CommitJournal, *, etag: str | None = None) -> OrderOutcome | Collected | _Gone | None:
+        """How the job ended: its end in the order (or its place collected), ``GONE`` when its journal is no
+        longer at its key (finished or rolled back by another process), None while it has not ended. Asked
+        afresh every time (a job may end at any moment). ``etag``: the ETag the journal was read with -- then
+        a HEAD that finds that very ETag at the key tells that the journal is still there, and only a different
+        one is read."""
         work = self.work
-        if journal.position is not None and work.order.ended(journal.position) is not None:
-            return True
+        if journal.position is not None:
+            ended = work.order.ended(journal.position)
+            if ended is not None:
+                return ended
+        if etag:
+            found = work.store.head_object(work.destination.bucket, work.paths.journal)
+            if found is None:
+                return GONE
+            if found.etag == etag:
+                return None  # the journal read before, still there: a journal is written once, never replaced
         try:
-            return not isinstance(work.read_claim(), CommitJournal)
+            claim = work.read_claim()
         except NoSuchKeyError:
-            return True
+            return GONE
+        return None if isinstance(claim, CommitJournal) else GONE
 
     def _driver_heartbeat(self) -> Heartbeat:
         """The heartbeat the driver holds its job by: the Job's own, beating since Job.create; else one started
@@ -179,12 +223,17 @@ class Finisher:
     def _finish(self, journal: CommitJournal, context: CommitContext, *, entry: OrderEntry | None = None,
                 hold: Hold | None = None, inline: dict[str, TaskManifest | None] | None = None,
                 timings: dict[str, float] | None = None, started: float | None = None, validated: bool = True,
-                when_ended: Callable[[int], None] | None = None) -> CommitReport:
+                when_ended: Callable[[int], None] | None = None, end: OrderOutcome | Collected | _Gone | None = None) -> CommitReport:
+        """``end``: how the job was found ended, right before, by the turn that was therefore not taken."""
         work = self.work
+        if isinstance(end, (OrderOutcome, Collected)):
+            return self._ended_elsewhere(journal, end)
         if entry is None:  # recover: the job may have ended meanwhile, by another process's hand
             entry = self._place_of(journal)
             if entry is None:
                 return self._ended_elsewhere(journal, Collected(journal.position or 0))
+            # Asked again, though the turn found it open a moment ago: a pause may lie between (commit.after_turn),
+            # and one request is cheaper than reasoning about which pauses a lease covers.
             ended = work.order.ended(entry.position)
             if ended is not None:
                 return self._ended_elsewhere(journal, ended)

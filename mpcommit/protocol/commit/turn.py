@@ -62,6 +62,11 @@ class FinisherTurn:
     def _records(self) -> Records:
         return Records.of(self.store, self.paths.destination.bucket, table_of(self.paths.destination).root)
 
+    @property
+    def held(self) -> bool:
+        """Whether this process holds the turn now."""
+        return self._held is not None
+
     def take(self, ended: Callable[[], bool]) -> bool:
         """Wait for the turn: True once this process holds it (and the job's heartbeat), False once ``ended()``
         says the job's end is recorded (another finisher's work). Never waits on a job that ended, and never

@@ -32,10 +32,13 @@ def _noop(_step: str, _done: int, _total: int | None) -> None:
 
 class JobWork:
     """One job of one destination, as this process works on it. ``threads``: the commit's requests in flight (0:
-    all on the caller's thread, for deterministic tests); ``order``: how the job waits for the jobs before it."""
+    all on the caller's thread, for deterministic tests); ``order``: how the job waits for the jobs before it;
+    ``table_order``: its table's order as this process reads it already (entries and ends read once for every
+    job a ``recover`` or a waiting job decides), else a new one."""
 
     def __init__(self, store: S3Store, destination: Destination, job_id: str, *, threads: int,
-                 progress: ProgressHook | None = None, order: OrderSettings | None = None):
+                 progress: ProgressHook | None = None, order: OrderSettings | None = None,
+                 table_order: TableOrder | None = None):
         self.store = store
         self.destination = destination
         self.job_id = job_id
@@ -44,7 +47,9 @@ class JobWork:
         self.progress = progress or _noop
         self.manifests = ManifestReader(store, destination, job_id)
         self.table = table_of(destination)
-        self.order = TableOrder(store, self.table, order)
+        if table_order is not None and table_order.table != self.table:
+            raise ValueError(f"the order of {table_order.table.uri} is not the order of job {job_id}'s table")
+        self.order = table_order if table_order is not None else TableOrder(store, self.table, order)
         #: The job's heartbeat while this process works for it: stopped before its records are removed.
         self.heartbeat: Heartbeat | None = None
 
@@ -58,11 +63,15 @@ class JobWork:
 
     def read_claim(self) -> CommitJournal | JobRollback | None:
         """What holds the job's journal key: its commit journal, the record of its rollback, or nothing."""
+        return self.read_claim_and_etag()[0]
+
+    def read_claim_and_etag(self) -> tuple[CommitJournal | JobRollback | None, str | None]:
+        """:meth:`read_claim`, and the ETag it was read with (None, None: nothing holds the key)."""
         try:
-            data = self.store.get_object(self.destination.bucket, self.paths.journal)
+            data, etag = self.store.get_object_and_etag(self.destination.bucket, self.paths.journal)
         except NoSuchKeyError:
-            return None
-        return read_claim(data, where=self.paths.journal, destination=self.destination, job_id=self.job_id)
+            return None, None
+        return read_claim(data, where=self.paths.journal, destination=self.destination, job_id=self.job_id), etag
 
     # ------------------------------------------------------------ the job's place in its table's order
     def entry_for(self, journal: CommitJournal, partitions: Sequence[str], txn: Txn | None = None) -> OrderEntry:

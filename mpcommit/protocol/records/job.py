@@ -191,7 +191,13 @@ class CommitJournal:
 
     @classmethod
     def from_bytes(cls, data: bytes, *, where: str, destination: Destination, job_id: str) -> "CommitJournal":
-        obj = loads_object(data, what="commit journal", where=where)
+        return cls.from_object(loads_object(data, what="commit journal", where=where), where=where,
+                               destination=destination, job_id=job_id)
+
+    @classmethod
+    def from_object(cls, obj: dict[str, Any], *, where: str, destination: Destination,
+                    job_id: str) -> "CommitJournal":
+        """The journal from its decoded JSON (:meth:`from_bytes` without the decoding), validated alike."""
         version = check_kind(obj, kind=JOURNAL_KIND, versions=(1, 2, 3), what="commit journal", where=where)
         if version == 1 and "merged" in obj:
             raise ManifestCorruptError(f"commit journal at {where}: version 1 cannot carry merged files; refused")
@@ -277,7 +283,12 @@ class JobRollback:
 
     @classmethod
     def from_bytes(cls, data: bytes, *, where: str, destination: Destination, job_id: str) -> "JobRollback":
-        obj = loads_object(data, what="rollback record", where=where)
+        return cls.from_object(loads_object(data, what="rollback record", where=where), where=where,
+                               destination=destination, job_id=job_id)
+
+    @classmethod
+    def from_object(cls, obj: dict[str, Any], *, where: str, destination: Destination, job_id: str) -> "JobRollback":
+        """The record from its decoded JSON (:meth:`from_bytes` without the decoding), validated alike."""
         check_kind(obj, kind=ROLLBACK_KIND, versions=(1,), what="rollback record", where=where)
         r = Reader(obj, what="rollback record", where=where)
         _check_scope(r, destination=destination, job_id=job_id, what="rollback record", where=where)
@@ -286,8 +297,8 @@ class JobRollback:
 
 
 def read_claim(data: bytes, *, where: str, destination: Destination, job_id: str) -> CommitJournal | JobRollback:
-    """What holds a job's journal key: its commit journal, or the record of its rollback."""
+    """What holds a job's journal key: its commit journal, or the record of its rollback (decoded once)."""
     obj = loads_object(data, what="commit journal", where=where)
     if obj.get("kind") == ROLLBACK_KIND:
-        return JobRollback.from_bytes(data, where=where, destination=destination, job_id=job_id)
-    return CommitJournal.from_bytes(data, where=where, destination=destination, job_id=job_id)
+        return JobRollback.from_object(obj, where=where, destination=destination, job_id=job_id)
+    return CommitJournal.from_object(obj, where=where, destination=destination, job_id=job_id)
