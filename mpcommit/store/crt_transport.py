@@ -33,9 +33,13 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
-import urllib.request
 from urllib.parse import urlsplit
 
+from awscrt import __version__ as awscrt_version
+from awscrt import auth as crt_auth
+from awscrt import http as crt_http
+from awscrt import io as crt_io
+from awscrt.exceptions import AwsCrtError
 from botocore.exceptions import (
     ConnectionClosedError,
     ConnectTimeoutError,
@@ -60,35 +64,9 @@ from .transport import (
 
 log = logging.getLogger(__name__)
 
-try:
-    from awscrt import __version__ as awscrt_version
-    from awscrt import auth as crt_auth
-    from awscrt import http as crt_http
-    from awscrt import io as crt_io
-    from awscrt.exceptions import AwsCrtError
-except ImportError as _missing:  # pragma: no cover - exercised by a test that hides the module
-    crt_auth = None
-    _IMPORT_ERROR: ImportError | None = _missing
-else:
-    _IMPORT_ERROR = None
-
-
 _GONE = object()
 #: The signed payload of a request whose body carries its own checksum, over TLS (botocore's choice too).
 _UNSIGNED_PAYLOAD = "UNSIGNED-PAYLOAD"
-
-
-def crt_unusable(client: Any, credentials: Any) -> str | None:
-    """Why the CRT transport cannot stand in for this client (None when it can)."""
-    if credentials is None:
-        return "the store was given its client (its credentials are the client's own business)"
-    config = client.meta.config
-    if getattr(config, "proxies", None) or any(k in ("http", "https", "all") for k in urllib.request.getproxies()):
-        return "an HTTP proxy is configured"
-    missing = _IMPORT_ERROR
-    if missing is not None:
-        return f"awscrt cannot be imported ({missing})"
-    return None
 
 
 def _connect_error(exc: BaseException, url: str) -> Exception:
