@@ -90,7 +90,7 @@ def test_the_crt_signs_the_request_exactly_as_botocore_does(key, options):
     original = botocore.auth.get_current_datetime
     botocore.auth.get_current_datetime = lambda: instant
     try:
-        S3SigV4Auth(crt._credentials.get_frozen_credentials(), "s3", store._client.meta.region_name).add_auth(request)
+        S3SigV4Auth(crt.signer.credentials.get_frozen_credentials(), "s3", store._client.meta.region_name).add_auth(request)
     finally:
         botocore.auth.get_current_datetime = original
     ours = {k.lower(): v for k, v in request.headers.items()}
