@@ -1,5 +1,5 @@
 """The store's paginated listings -- objects, a prefix's children, pending uploads, an upload's parts -- each
-made through the store's one funnel (``S3Store._call``: counted, retried, errors translated) and proven complete
+made through the store's one funnel (:mod:`.funnel`: counted, retried, errors translated) and proven complete
 by :mod:`.listing`'s checks before anyone acts on it (invariant I8), with the ways around two servers' listing
 defects: LocalStack's URL-encoded ListObjectsV2 past 1,000 keys, and versitygw refusing its own UploadIdMarker.
 """
@@ -12,28 +12,15 @@ import os
 import threading
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from botocore.handlers import set_list_objects_encoding_type_url
 
 from ..errors import InconsistentListingError, StoreError
+from .funnel import Funnel
 from .listing import ListedPage, PageSequence, round_trips_unencoded, uploads_of_key
 from .session import s3_client
 from .values import ObjectInfo, ObjectRange, UploadInfo
-
-
-class Funnel(Protocol):
-    """What the listings use of the store (:class:`mpcommit.store.s3.S3Store`): its one request funnel, its
-    client and options, and the endpoint to name in a warning. A protocol, so that paging never imports s3.py,
-    which imports it."""
-
-    options: Any
-    _client: Any
-
-    @property
-    def endpoint(self) -> str: ...
-
-    def _call(self, operation: str, **kwargs: Any) -> Any: ...
 
 log = logging.getLogger(__name__)
 

@@ -1,26 +1,19 @@
 """The one S3 boundary: every request mpcommit makes goes through :class:`S3Store`.
 
-Each public method is one S3 operation (or a paginated listing), called through ``_call``, which adds the
-security parameters (:mod:`.security`: SSE, SSE-C, ExpectedBucketOwner), retries transient failures and
-translates errors. CompleteMultipartUpload goes through a transport of its own (:mod:`.transport`: the AWS CRT or
-boto3), with the same security parameters, retries and errors; the commit can also start completes without
-waiting for them (:meth:`S3Store.start_complete`). The store counts requests per operation, so that tests and
-benchmarks can assert request sequences.
+Each public method is one S3 operation (or a paginated listing, :mod:`.paging`), sent through the store's funnel
+(:mod:`.funnel`: security parameters, counts, retries, translated errors, the store's clock). A task's per-file
+requests and CompleteMultipartUpload may go through the AWS CRT instead of boto3 (:mod:`.transport_choice` says
+which), with the same security parameters, retries and errors; the commit can also start completes without waiting
+for them (:meth:`S3Store.start_complete`). :func:`store_for` shares one store per options in a process.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import os
 import threading
-import time
-from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from email.utils import parsedate_to_datetime
 from typing import IO, Any, TypeVar
-
-from botocore.exceptions import ClientError
 
 from ..errors import (
     AccessDeniedError,
@@ -30,73 +23,38 @@ from ..errors import (
     NoSuchKeyError,
     NoSuchUploadError,
     StoreError,
-    UsageError,
 )
-from ..options import CompleteTransport, S3Options
+from ..options import S3Options
 from .errors import translate
+from .funnel import Funnel
 from .paging import PagedListings
 from .retry import call_with_retry
-from .security import RequestSecurity
 from .values import BucketLifecycle, CompletedPart, ObjectInfo, ObjectRange, UploadInfo, xml_safe  # noqa: F401 - the store's values, named here too
 from .session import s3_client
-from .transport import Boto3Completer, Completer, Done, header_fields, listed_parts
+from .transport import Completer, Done, listed_parts
+from .transport_choice import TransportChoice
 
 log = logging.getLogger(__name__)
 
 DELETE_BATCH = 1000  # DeleteObjects takes at most 1,000 keys
-#: The requests besides CompleteMultipartUpload that the CRT transport sends when it is in use: a task's, one or
-#: two per file (issue 39: through boto3 they cost a task more client CPU per file than the file's own encoding).
-CRT_OPERATIONS = ("create_multipart_upload", "upload_part", "put_object")
-#: Parts up to this size go through the CRT, larger ones through boto3. The CRT costs less per request, boto3 less
-#: per byte: the CRT's HTTP/1.1 client sends a body in 16 KiB messages, each a trip through its channel and a
-#: socket write, where boto3 hands the kernel the whole buffer. Measured (issue 39, 2 shared cores, versitygw):
-#: CRT 0.7 ms + 4.3 ms per MB of client CPU, boto3 2.7-3.5 ms + 2.0 ms per MB: even at about 1 MB.
-CRT_PART_MAX_BYTES = 1024 * 1024
-#: An answer this quick dates the store's clock to within its Date's own second: no need to look at later ones.
-_CLOCK_GOOD_ENOUGH = 0.25
-#: Why the CRT transport was not used, logged once per process and reason (at debug: boto3 is a fine transport).
-_FALLBACKS_LOGGED: set[str] = set()
 T = TypeVar("T")
 
 
-class S3Store:
+class S3Store(Funnel):
     """Typed S3 operations over one boto3 client. Thread-safe (boto3 clients are)."""
 
     def __init__(self, options: S3Options, client: Any | None = None, *, unencoded_listing_client: Any | None = None):
-        self.options = options
-        #: The credentials of a client made here from ``options``; None for a client given by the caller, whose
-        #: requests then all go through it (the CRT transport needs to know what signs).
-        self._credentials: Any | None = None
-        self._ca_bundle: str | None = None
+        credentials = ca_bundle = None
         if client is None:
-            client, self._credentials, self._ca_bundle = s3_client(options)
-        self._client = client
-        self._security = RequestSecurity(options, client)
-        if options.complete_transport is CompleteTransport.CRT:
-            from .crt_transport import crt_unusable  # imports awscrt: only where the CRT is asked for
-
-            why = crt_unusable(client, self._credentials)
-            if why is not None:
-                raise UsageError(f"S3Options.complete_transport='crt' cannot be used: {why}. Use 'auto' (the CRT "
-                                 "where it can be used, else boto3) or 'boto3'.")
-        self._completer: Completer | None = None
-        self._counts: Counter[str] = Counter()
-        self._count_lock = threading.Lock()
-        self._lock = threading.Lock()
+            client, credentials, ca_bundle = s3_client(options)
+        super().__init__(options, client)
+        self._transports = TransportChoice(options, client, self._security, credentials=credentials,
+                                           ca_bundle=ca_bundle)
         self._paging = PagedListings(self, unencoded_listing_client)
-        #: Whether the endpoint ever answered (a wrong endpoint fails at once; a known one is retried).
-        self._reached = False
-        #: The store's clock minus this host's, once measured (server_time), and the round trip of the answer it
-        #: was learnt from: a slow answer's Date says less, so a quicker one later replaces it.
-        self._clock_offset: float | None = None
-        self._clock_round_trip = math.inf
 
     def close(self) -> None:
         """Close what the store opened beside its client: the CRT transport's connections and event loop."""
-        with self._lock:
-            completer, self._completer = self._completer, None
-        if completer is not None:
-            completer.close()
+        self._transports.close()
 
     def __enter__(self) -> "S3Store":
         return self
@@ -104,68 +62,9 @@ class S3Store:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    @property
-    def endpoint(self) -> str:
-        return str(self._client.meta.endpoint_url)
-
-    # ------------------------------------------------------------ accounting
-    def request_counts(self) -> dict[str, int]:
-        with self._count_lock:
-            return dict(self._counts)
-
-    def reset_counts(self) -> None:
-        with self._count_lock:
-            self._counts.clear()
-
-    # ------------------------------------------------------------ the funnel
-    def _call(self, operation: str, *, client: Any | None = None, bucket: str = "", key: str = "", **params: Any) -> Any:
-        params.update(self._security.parameters(operation))  # the same function the CRT transport's headers come from
-        method: Callable[..., Any] = getattr(client or self._client, operation)
-        if self._clock_round_trip <= _CLOCK_GOOD_ENOUGH:
-            return self._send(operation, lambda: method(**params), bucket=bucket, key=key)
-        sent = time.time()
-        response = self._send(operation, lambda: method(**params), bucket=bucket, key=key)
-        self._note_clock(response, sent, time.time())
-        return response
-
-    def _note_clock(self, response: Any, sent: float, received: float) -> None:
-        """Learn the store's clock from the Date of an answer that came back quickly (see server_time), or more
-        quickly than the one it was learnt from."""
-        round_trip = received - sent
-        if round_trip > 2.0 or round_trip >= self._clock_round_trip or not isinstance(response, dict):
-            return
-        date = (response.get("ResponseMetadata", {}).get("HTTPHeaders", {}) or {}).get("date")
-        if not date:
-            return
-        try:
-            # Date is truncated to the second: on average half a second before the answer was made.
-            self._clock_offset = parsedate_to_datetime(date).timestamp() + 0.5 - (sent + received) / 2
-            self._clock_round_trip = round_trip
-        except (TypeError, ValueError):
-            pass
-
-    def _send(self, operation: str, request: Callable[[], Any], *, bucket: str, key: str) -> Any:
-        """Count, translate errors and retry: what every request goes through, whatever its transport."""
-
-        def attempt() -> Any:
-            with self._count_lock:
-                self._counts[operation] += 1
-            try:
-                response = request()
-            except Exception as exc:  # noqa: BLE001 - translated and chained below
-                if isinstance(exc, ClientError):
-                    self._reached = True  # the server answered, if only with an error
-                raise translate(exc, operation=operation, bucket=bucket, key=key, endpoint=self.endpoint,
-                                reached=self._reached) from exc
-            self._reached = True
-            return response
-
-        where = f"s3://{bucket}/{key}" if key else f"s3://{bucket}"
-        return call_with_retry(attempt, policy=self.options.retry, describe=f"{operation} {where}")
-
     # ------------------------------------------------------------ multipart uploads
     def create_multipart_upload(self, bucket: str, key: str, *, content_type: str | None = None) -> str:
-        crt = self._crt_sending(bucket, "create_multipart_upload")
+        crt = self._transports.crt_sending(bucket, "create_multipart_upload")
         if crt is not None:
             return str(self._send("create_multipart_upload",
                                   lambda: crt.create_multipart_upload(bucket, key, content_type=content_type),
@@ -178,7 +77,7 @@ class S3Store:
 
     def upload_part(self, bucket: str, key: str, upload_id: str, number: int, body: bytes | bytearray | memoryview, crc32: str) -> str:
         """Upload one part with its CRC32; S3 verifies it, and the echoed value is checked here too."""
-        crt = self._crt_sending(bucket, "upload_part") if len(body) <= CRT_PART_MAX_BYTES else None
+        crt = self._transports.crt_sending(bucket, "upload_part", body_size=len(body))
         if crt is not None:
             etag, echoed = self._send("upload_part", lambda: crt.upload_part(bucket, key, upload_id, number, body, crc32),
                                       bucket=bucket, key=key)
@@ -239,21 +138,7 @@ class S3Store:
         start = getattr(completer, "start", None)
         if start is None:
             return False
-        with self._count_lock:
-            self._counts["complete_multipart_upload"] += 1
-
-        def finished(etag: str | None, error: BaseException | None) -> None:
-            if error is None:
-                self._reached = True
-                done(etag, None)
-                return
-            if isinstance(error, ClientError):
-                self._reached = True
-            failure = translate(error, operation="complete_multipart_upload", bucket=bucket, key=key,
-                                endpoint=self.endpoint, reached=self._reached)
-            failure.__cause__ = error
-            done(None, failure)
-
+        finished = self._one_attempt("complete_multipart_upload", bucket=bucket, key=key, done=done)
         try:
             start(bucket, key, upload_id, parts, finished)
         except Exception as exc:  # noqa: BLE001 - e.g. credentials that cannot be read: this attempt's failure
@@ -266,59 +151,9 @@ class S3Store:
         completer = self.completer(bucket)
         return completer.max_connections if hasattr(completer, "start") else None  # type: ignore[attr-defined]
 
-    def _crt_sending(self, bucket: str, operation: str) -> Any | None:
-        """The CRT transport when it sends ``operation`` for this bucket (a task's per-file requests: its uploads,
-        their parts, its manifest), else None: boto3 sends it. The same choice as the completes' (:meth:`completer`)."""
-        completer = self.completer(bucket)
-        sends = getattr(completer, "sends", None)
-        return completer if sends is not None and sends(operation) else None
-
     def completer(self, bucket: str = "") -> Completer:
-        """The transport of CompleteMultipartUpload (:mod:`.transport`), made on first use. Directory buckets
-        (``--x-s3``, S3 Express One Zone) sign with session credentials the CRT transport does not make: boto3."""
-        if bucket.endswith("--x-s3"):
-            return Boto3Completer(self._client, self._security.parameters("complete_multipart_upload"))
-        if self._completer is None:
-            with self._lock:
-                if self._completer is None:
-                    self._completer = self._choose_completer()
-        return self._completer
-
-    def _choose_completer(self) -> Completer:
-        opts = self.options
-        security = self._security.parameters("complete_multipart_upload")
-        if opts.complete_transport is CompleteTransport.BOTO3:
-            return Boto3Completer(self._client, security)
-        from .crt_transport import crt_unusable  # imports awscrt: only once a complete is sent
-
-        why = crt_unusable(self._client, self._credentials)
-        headers: list[tuple[str, str]] = []
-        if why is None:
-            try:
-                headers = header_fields(self._security.operation_model("complete_multipart_upload"), security)
-            except ValueError as exc:
-                why = str(exc)
-        if why is not None:
-            if opts.complete_transport is CompleteTransport.CRT:
-                raise UsageError(f"S3Options.complete_transport='crt' cannot be used: {why}")
-            if why not in _FALLBACKS_LOGGED:
-                _FALLBACKS_LOGGED.add(why)
-                log.debug("CompleteMultipartUpload goes through boto3, not the AWS CRT: %s", why)
-            return Boto3Completer(self._client, security)
-        from .crt_transport import CrtCompleter
-
-        # A task's per-file requests go the same way, each whose security parameters all travel as headers.
-        operation_headers = {}
-        for operation in CRT_OPERATIONS:
-            try:
-                operation_headers[operation] = header_fields(self._security.operation_model(operation),
-                                                             self._security.parameters(operation))
-            except ValueError as exc:
-                log.debug("%s goes through boto3, not the AWS CRT: %s", operation, exc)
-        return CrtCompleter(self._client, self._credentials, security=security, headers=headers,
-                            operation_headers=operation_headers,
-                            max_connections=opts.max_completes_in_flight, connect_timeout=opts.connect_timeout,
-                            read_timeout=opts.read_timeout, ca_bundle=self._ca_bundle)
+        """The transport of CompleteMultipartUpload for this bucket (:mod:`.transport_choice`), made on first use."""
+        return self._transports.completer(bucket)
 
     def abort_multipart_upload(self, bucket: str, key: str, upload_id: str) -> bool:
         """Abort; False when the upload was no longer pending (another cleaner got there first)."""
@@ -435,7 +270,7 @@ class S3Store:
         not hold -- on a store that honours them (:mod:`.conditional` finds out). ``body``: bytes, or a seekable
         file sent from its current position (a large ``_SUCCESS``, streamed from a local file)."""
         crt = None if (if_none_match or if_match or not isinstance(body, (bytes, bytearray, memoryview))) \
-            else self._crt_sending(bucket, "put_object")
+            else self._transports.crt_sending(bucket, "put_object")
         if crt is not None:
             return str(self._send("put_object", lambda: crt.put_object(bucket, key, body, content_type=content_type),
                                   bucket=bucket, key=key))
@@ -505,20 +340,18 @@ class S3Store:
 
     # ------------------------------------------------------------ buckets
     def server_time(self, bucket: str) -> float:
-        """Now, in seconds since the epoch, by the store's clock: ages of uploads and records are judged against
-        the clock that stamped them, not this host's (a cleanup host whose clock runs ahead would take every job
-        for older than it is). Learnt from the Date of the first quick answer (1 s resolution) -- a HEAD on the
-        bucket when no request was made yet -- then this host's clock plus that offset."""
-        if self._clock_offset is None:
+        """Now, in seconds since the epoch, by the store's clock (:mod:`.clock`: learnt from the Date of the
+        quickest answer so far -- a HEAD on the bucket when no request was made yet)."""
+
+        def date_an_answer() -> None:
             try:
                 self.head_bucket(bucket)
             except (NoSuchBucketError, InvalidCredentialsError):
                 raise
             except StoreError as exc:
                 log.debug("no answer to learn the store's clock from (%s); using this host's", exc)
-            if self._clock_offset is None:
-                self._clock_offset = 0.0
-        return time.time() + self._clock_offset
+
+        return self._clock.now(date_an_answer)
 
     def head_bucket(self, bucket: str) -> None:
         """Check that the bucket exists and is reachable with these credentials."""

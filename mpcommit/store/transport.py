@@ -17,13 +17,14 @@ PutObject through boto3 cost a task 2.6-3.6 ms of client CPU each (measured on t
 more than writing a small file's Parquet; through the CRT 0.4-0.7 ms, plus about 4 ms per MB of body (:meth:`~mpcommit.store.crt_transport.CrtCompleter.create_multipart_upload`,
 :meth:`~mpcommit.store.crt_transport.CrtCompleter.upload_part`, :meth:`~mpcommit.store.crt_transport.CrtCompleter.put_object`,
 their resources from :func:`uploads_query`, :func:`part_query` and :func:`key_path`). Parts above 1 MiB stay on
-boto3, which sends bytes more cheaply (``mpcommit.store.s3.CRT_PART_MAX_BYTES``); so do puts with a condition.
+boto3, which sends bytes more cheaply (``mpcommit.store.transport_choice.CRT_PART_MAX_BYTES``); so do puts with a
+condition.
 
-The CRT is used where it is equivalent to boto3 (:func:`.crt_transport.crt_unusable` says why not otherwise): awscrt imports, the
-store made its own client from its options (so it knows the credentials: an injected client keeps every request
-on boto3), and no HTTP proxy is configured. Either way a complete carries the same security parameters
-(:mod:`mpcommit.store.security`), and its failures are the botocore exceptions botocore would have raised, so
-that retries, messages and the commit's idempotence check do not depend on the transport.
+The CRT is used where it is equivalent to boto3 (:func:`mpcommit.store.transport_choice.crt_unusable` says why not
+otherwise): awscrt imports, the store made its own client from its options (so it knows the credentials: an
+injected client keeps every request on boto3), and no HTTP proxy is configured. Either way a complete carries the
+same security parameters (:mod:`mpcommit.store.security`), and its failures are the botocore exceptions botocore
+would have raised, so that retries, messages and the commit's idempotence check do not depend on the transport.
 """
 
 from __future__ import annotations

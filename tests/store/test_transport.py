@@ -90,7 +90,7 @@ def test_the_crt_signs_the_request_exactly_as_botocore_does(key, options):
     original = botocore.auth.get_current_datetime
     botocore.auth.get_current_datetime = lambda: instant
     try:
-        S3SigV4Auth(store._credentials.get_frozen_credentials(), "s3", store._client.meta.region_name).add_auth(request)
+        S3SigV4Auth(crt.signer.credentials.get_frozen_credentials(), "s3", store._client.meta.region_name).add_auth(request)
     finally:
         botocore.auth.get_current_datetime = original
     ours = {k.lower(): v for k, v in request.headers.items()}
@@ -335,7 +335,7 @@ def test_parts_above_a_mebibyte_and_conditional_puts_stay_on_boto3(answers):
     condition, and a body that is a file."""
     import io
 
-    from mpcommit.store.s3 import CRT_PART_MAX_BYTES
+    from mpcommit.store.transport_choice import CRT_PART_MAX_BYTES
 
     _, sent = _task_requests("crt", answers, "t/large", part=b"x" * (CRT_PART_MAX_BYTES + 1))
     assert [h["user-agent"].startswith("mpcommit crt") for _, h, _ in sent] == [True, False, True]
@@ -528,7 +528,7 @@ except ValueError as exc:
 """
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, check=True).stdout
     assert out.count("completer Boto3Completer") == 3
-    logged = [line for line in out.splitlines() if line.startswith("mpcommit.store.s3")]
+    logged = [line for line in out.splitlines() if line.startswith("mpcommit.store.transport_choice")]
     assert len(logged) == 1 and "awscrt cannot be imported" in logged[0]
     assert "refused S3Options.complete_transport='crt' cannot be used: awscrt cannot be imported" in out
 
