@@ -7,9 +7,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from mpcommit.errors import ManifestVersionError, SparkWriterError, UsageError
+from mpcommit.errors import SparkWriterError, UsageError
 from mpcommit.modes import PartitionOverwrite, WriteMode
-from mpcommit.protocol.layout import is_job_id
 from mpcommit.spark.plan import plan_write
 from mpcommit.spark.session import Recorder, SessionSettingError, SessionSettings
 from mpcommit.spark.source_options import GlueCatalogSpec, parse
