@@ -10,8 +10,8 @@ the fluent writer's (median of the paired ratios, with its bootstrap interval). 
 JVM and the Python workers warm up).
 
 ``stream``: the streaming sink's commit of one micro-batch, as it runs on the driver: ``StreamSink.commit(messages,
-batch_id)`` -- the progress record read and written (conditional writes), the table's job records listed for
-earlier attempts, the commit order read, the job commit (completes, the order's place, ``_SUCCESS``) -- timed with
+batch_id)`` -- the query's record read (created at the first micro-batch), the table's job records listed for
+earlier attempts, the query's newest version read from the commit order, the job commit (completes, the order's place, ``_SUCCESS``) -- timed with
 ``perf_counter`` for micro-batches of ``--files`` files (one task writing that many partitions, a few rows each),
 straight to the server (``raw``) and through the S3-like network (``s3``: tests/support/s3_network.py, latency per
 operation and the rate limit). The tasks' writes go straight to the server, untimed. What is not in the figure:

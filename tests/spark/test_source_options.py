@@ -1,6 +1,6 @@
 """The data source's options read into one write request (no Spark, no server): mpcommit's own names beside the
-fluent writer's, refusals by name before anything runs, the session settings a data source cannot see, and the
-stream sink's job ids and progress record."""
+fluent writer's, refusals by name before anything runs, and the session settings a data source cannot see. (The
+stream sink's job ids and record: tests/protocol/test_stream.py.)"""
 
 from __future__ import annotations
 
