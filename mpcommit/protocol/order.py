@@ -180,30 +180,38 @@ class TableOrder:
 
     def txn_state(self, app_id: str, *, below: int | None = None) -> TxnState:
         """Application ``app_id`` in this order (below place ``below``): the newest version it committed -- from
-        the newest committed place that carries it, else from the checkpoint -- and its places still open. A
-        version commits only after every earlier place of its application ended and only if it is newer than
-        any they committed, so the newest committed place holds the highest version."""
+        the newest committed place that carries it, else from the checkpoint -- and its places still open after
+        that one. A version commits only after every earlier place of its application ended and only if it is
+        newer than any they committed, so the newest committed place holds the highest version.
+
+        Entries are read newest first, a few at a time and more each round (2, 8, 32, ...), until that place is
+        found: an application that commits often (a stream's micro-batches) finds its last version among the
+        newest places in one or two reads, where reading every entry the order holds cost a new process up to
+        ``keep_resolved`` requests per decision."""
         view = self.view()
         newest_first = [p for p in reversed(view.positions) if p > view.through and (below is None or p < below)]
-        self.read_ahead(newest_first)
         still_open: list[OrderEntry] = []
-        for e in self.entries(newest_first):
-            if e.txn is None or e.txn.app_id != app_id:
-                continue
-            if e.position not in view.ended:
-                still_open.append(e)
-                continue
-            outcome = self.outcome(e.position)
-            if outcome is not None and outcome.outcome is Outcome.COMMITTED:
-                return TxnState(TxnRecord(e.txn.version, e.position, e.job_id), tuple(still_open))
+        start, size = 0, 2
+        while start < len(newest_first):
+            chunk = self.read_ahead(newest_first[start:start + size])
+            start, size = start + size, size * 4
+            for e in self.entries(chunk):
+                if e.txn is None or e.txn.app_id != app_id:
+                    continue
+                if e.position not in view.ended:
+                    still_open.append(e)
+                    continue
+                outcome = self.outcome(e.position)
+                if outcome is not None and outcome.outcome is Outcome.COMMITTED:
+                    return TxnState(TxnRecord(e.txn.version, e.position, e.job_id), tuple(still_open))
         checkpoint = self.checkpoint(view)
         return TxnState(checkpoint.txns.get(app_id) if checkpoint is not None else None, tuple(still_open))
 
     def read_ahead(self, positions: list[int]) -> list[int]:
-        """Read the entries not yet cached side by side (a new process judging an application reads up to the
-        order's length of them once; entries never change, so they are cached from then on); ``positions``."""
+        """Read the entries not yet cached side by side (entries never change, so they are cached from then on);
+        ``positions``."""
         missing = [p for p in positions if p not in self._entries]
-        if len(missing) > 2:
+        if len(missing) > 1:
             with ThreadPoolExecutor(min(READ_AHEAD_THREADS, len(missing))) as pool:
                 list(pool.map(self.entry, missing))
         return positions

@@ -57,7 +57,8 @@ class OrderView:
 
 @dataclass(frozen=True)
 class TxnState:
-    """What an application has done on a table: its newest committed version, and its places still open."""
+    """What an application has done on a table: its newest committed version, and its places still open after
+    that version's place."""
 
     newest: TxnRecord | None
     open: tuple[OrderEntry, ...]

@@ -17,6 +17,7 @@ from mpcommit.protocol.stream import (
     batch_job_id,
     batch_of_job,
     batch_prefix,
+    batch_txn,
 )
 from mpcommit.store.s3 import S3Store
 from tests.support.checks import all_keys, pending_uploads, read_object
@@ -159,3 +160,24 @@ def test_a_record_of_an_older_mpcommit_keeps_its_batches_committed(moto_backend)
     assert commit(nxt, committer, 5).position is not None
     assert committer.newest().version == 5
     assert visible(be, bucket) == [f"batch 5 {'b' * 12}"]
+
+
+def test_the_ledger_is_read_from_the_newest_places_not_the_whole_order(moto_backend) -> None:  # noqa: ANN001
+    """Each micro-batch's decision asks the order for the query's newest version. A new process reads entries
+    newest first, a few at a time, and stops at the first committed place of the query: two entries here, not
+    every place the order holds (before: all of them, read side by side, twice per micro-batch)."""
+    from mpcommit.protocol.layout import Table
+    from mpcommit.protocol.order import TableOrder
+
+    be = moto_backend
+    bucket = be.new_bucket("mpc-stream")
+    for batch_id in range(12):
+        job, committer = attempt(be, bucket, batch_id, f"{batch_id:012x}")
+        commit(job, committer, batch_id)
+    order = TableOrder(S3Store(be.options), Table(bucket, "t"))
+    read: list[int] = []
+    real = order.entry
+    order.entry = lambda position: read.append(position) or real(position)  # type: ignore[method-assign]
+    newest = order.txn_state(batch_txn(Q, 0).app_id).newest
+    assert (newest.version, newest.position) == (11, 12)
+    assert sorted(set(read)) == [11, 12], read  # (a cached entry asked again counts once)
