@@ -140,6 +140,10 @@ class WriterSettings:
             raise UsageError("max_parts_in_flight and upload_threads must be at least 1")
 
 
+#: How long a job waits for a live earlier job of its table before it fails by name (OrderSettings).
+DEFAULT_MAX_WAIT_SECONDS = 30 * 60.0
+
+
 @dataclass(frozen=True)
 class OrderSettings:
     """How a job keeps its place in its table's commit order (mpcommit.protocol.order).
@@ -148,18 +152,18 @@ class OrderSettings:
     an earlier one (an overwrite waits for every earlier job touching what it replaces) takes the earlier job
     for dead once its heartbeat has not changed for ``lease_seconds`` of the waiter's own observation (no two
     hosts' clocks are compared), and then finishes or rolls it back itself, as ``mpcommit jobs recover`` would.
-    ``max_wait_seconds`` bounds the wait for live jobs (None or ``math.inf``, the default: as long as they are
-    alive). Past it a job that waited before its journal (a versioned write behind its application's earlier one)
-    fails, naming the job it waited for, with nothing of its own visible; an overwrite, which waits after its
-    journal, stops with CommitStateUnknownError: it is finished once that job has ended, by ``recover`` or the next
-    job that waits for it. (Not bounded by default for that reason: a bound would turn every long wait of an
-    overwrite into an unknown outcome until the wait is moved before the journal.)
+    ``max_wait_seconds`` bounds the wait for live jobs (30 minutes by default; None or ``math.inf``: as long as
+    they are alive). A job waits before its journal -- an overwrite for the earlier jobs touching what it replaces,
+    a versioned write for its application's earlier one -- so past its max wait it fails, naming the job it waited
+    for, with nothing of its own visible (WaitedTooLongError): it can be run again once that job has ended. Only
+    ``recover`` finishing a journal an older mpcommit wrote before its wait can stop past a journal, with
+    CommitStateUnknownError; it is finished once that job has ended.
     """
 
     heartbeat_seconds: float = 10.0
     lease_seconds: float = 60.0
     poll_seconds: float = 1.0
-    max_wait_seconds: float | None = None
+    max_wait_seconds: float | None = DEFAULT_MAX_WAIT_SECONDS
     #: Resolved entries kept below the oldest unresolved one; older ones are deleted now and then, so that a
     #: table with a million jobs lists a few hundred order records, not a million.
     keep_resolved: int = 200

@@ -111,8 +111,8 @@ def order_options(command: Any) -> Any:
     """``--lease DUR`` and ``--max-wait DUR``: how a command that finishes or waits for jobs judges them
     (:class:`~mpcommit.options.OrderSettings`)."""
     command = click.option("--max-wait", type=WAIT, default=None, metavar="DUR",
-                           help="Give up, naming it, after waiting this long for a live earlier job of the table "
-                                "Default: forever, while it is alive.")(command)
+                           help="Give up, naming it, after waiting this long for a live earlier job of the table. "
+                                "Default: 30m; 'forever' waits while it is alive.")(command)
     return click.option("--lease", type=DURATION, default=None, metavar="DUR",
                         help="Take a job whose heartbeat stayed the same this long for dead, and finish or roll "
                              "it back. Default: 60s (the jobs' own heartbeat beats every 10s).")(command)

@@ -34,7 +34,8 @@ writer.*              ``WriterSettings``' fields: ``writer.initialPartSize`` (a 
                       ``writer.maxPartsInFlight``, ``writer.uploadThreads``, ``writer.closingBytes``
 order.lease,          the commit order's (``OrderSettings.for_lease``, the CLI's ``--lease`` / ``--max-wait``): a
 order.maxWait         silent earlier job is taken for dead after ``order.lease`` (``60s``); a live one is waited
-                      for at most ``order.maxWait`` (default ``forever``), then the write stops naming it
+                      for at most ``order.maxWait`` (default ``30m``; ``forever`` waits while it lives), then
+                      the write fails naming it, nothing of it visible
 checkpointLocation    a stream's, read by Spark (and by mpcommit's sink to record what the stream writes)
 ====================  =====================================================================================
 """

@@ -135,11 +135,13 @@ def test_an_overwrite_after_an_append_paused_between_journal_and_completes_waits
     check_committed(backend.client, bucket, "t", o.job_id, files_of(o, range(3)))
 
 
-def test_an_overwrite_that_outwaits_its_max_wait_after_its_journal_stops_and_is_finished_after_the_live_job(backend):
+def test_an_overwrite_that_outwaits_its_max_wait_fails_before_its_journal_naming_the_live_job(backend):
     """A holds the earlier place, alive (its heartbeat beats) and paused after its journal; O, an overwrite allowed
-    to wait 1.5 s, waits after its own journal and stops with CommitStateUnknownError naming A and saying not to run
-    it again: nothing of O is visible, its uploads are kept. A then commits; `recover` finishes O: a serial A-then-O."""
-    from mpcommit.errors import CommitStateUnknownError
+    to wait 1.5 s, waits before its own journal and fails with WaitedTooLongError naming A: nothing of O is
+    visible, its place ended, its abort leaves nothing, and it can be run again. A then commits, and O's rerun
+    after it: a serial A-then-O. (Until 2026-11-28 the wait was after O's journal, and O stopped with
+    CommitStateUnknownError, finished later by `recover`.)"""
+    from mpcommit.errors import WaitedTooLongError
 
     bucket = backend.new_bucket("mpc-conc")
     _seed(backend, bucket, {"t/dt=0/old.txt": b"old\n"})
@@ -153,17 +155,18 @@ def test_an_overwrite_that_outwaits_its_max_wait_after_its_journal_stops_and_is_
         assert pause.reached.wait(TIMEOUT)
         before = dataset(backend.client, bucket, "t")
         started = time.monotonic()
-        with pytest.raises(CommitStateUnknownError, match=f"waited .* for job {a.job_id}.*Do not run it again"):
+        with pytest.raises(WaitedTooLongError, match=f"waited .* for job {a.job_id}.*nothing of .* is visible"):
             o.commit(ro)
         assert time.monotonic() - started >= 1.5
         assert dataset(backend.client, bucket, "t") == before
-        assert len(job_uploads(backend.client, bucket, o.job_id, "t")) == 2
+        assert o.abort().aborted_uploads == 2
+        check_aborted(backend.client, bucket, "t", o.job_id)
         pause.release.set()
         fa.result(TIMEOUT)
     assert dataset(backend.client, bucket, "t") == {**before, **files_of(a, range(2))}
-    assert [a.action for a in recover(o.destination, store=o.store, job_id=o.job_id, older_than=0,
-                                      order=QUICK)] == ["finished"]
-    check_committed(backend.client, bucket, "t", o.job_id, files_of(o, range(2)))
+    again = Job.create(f"s3://{bucket}/t", mode="overwrite", s3=backend.options, order=QUICK)
+    again.commit([write(again, t) for t in range(2)])
+    check_committed(backend.client, bucket, "t", again.job_id, files_of(again, range(2)))
 
 
 def test_a_versioned_write_that_outwaits_its_max_wait_before_its_journal_fails_naming_the_job_and_leaves_nothing(

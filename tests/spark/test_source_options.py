@@ -60,6 +60,9 @@ def test_the_commit_orders_lease_and_max_wait_are_options_as_the_clis_flags_are(
     assert (short.request.settings.order.heartbeat_seconds, short.request.settings.order.max_wait_seconds) == (
         2.0, math.inf)
     assert read({"path": "s3://bkt/t"})[0].request.settings.order is None  # the defaults: OrderSettings()
+    # By default a live earlier job is waited for 30 minutes, then the write fails by name; None waits for ever.
+    assert (OrderSettings().max_wait_seconds, OrderSettings.for_lease().max_wait_seconds) == (1800.0, 1800.0)
+    assert OrderSettings(max_wait_seconds=None).max_wait_seconds == math.inf
     with pytest.raises(UsageError, match="option 'order.lease': '90' is not a duration: write 90s"):
         read({"path": "s3://bkt/t", "order.lease": "90"})
     with pytest.raises(UsageError, match="'soon' is not a wait: write 90s, 30m, 24h, 7d or forever"):

@@ -124,6 +124,14 @@ class JobCommitter:
                 faults.checkpoint("commit.after_place")
                 if txn is not None:
                     self._settle_txn(entry, txn)
+                if entry.replaces:
+                    # An overwrite waits for the earlier jobs touching what it replaces here, before its journal:
+                    # one that outwaits its max wait fails by name with nothing visible and can be run again, rather
+                    # than stopping past its journal with an outcome nobody knows until that job ends. (Every
+                    # earlier place exists already -- places are taken in turn -- so the wait after the journal,
+                    # which stays for a journal written by an older mpcommit, finds them ended.)
+                    self.order.wait_for_earlier(entry, entry.replaces, take_over=self._take_over,
+                                                progress=self.progress)
                 self.order.refuse_beside_others(entry)
                 if since is not None:
                     self._refuse_conflict(entry, since)
