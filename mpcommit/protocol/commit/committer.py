@@ -130,8 +130,10 @@ class JobCommitter:
                     # than stopping past its journal with an outcome nobody knows until that job ends. (Every
                     # earlier place exists already -- places are taken in turn -- so the wait after the journal,
                     # which stays for a journal written by an older mpcommit, finds them ended.)
+                    waited = time.monotonic()
                     self.order.wait_for_earlier(entry, entry.replaces, take_over=self._take_over,
                                                 progress=self.progress)
+                    timings["wait"] = time.monotonic() - waited
                 self.order.refuse_beside_others(entry)
                 if since is not None:
                     self._refuse_conflict(entry, since)

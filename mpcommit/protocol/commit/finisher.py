@@ -331,7 +331,7 @@ class Finisher:
                     "Do not run it again. To wait longer: OrderSettings(max_wait_seconds=...), the data source's "
                     "option order.maxWait, or --max-wait.", job_id=work.job_id, destination=work.destination.uri,
                 ) from exc
-            timings["wait"] = time.monotonic() - t
+            timings["wait"] = timings.get("wait", 0.0) + time.monotonic() - t  # beside the wait before the journal
         hold.check_if_stale("its completes")  # after any wait, and however long the manifests took
 
         # What the commit keeps per file is only what _SUCCESS and the report need (the key) and the upload id:
