@@ -90,10 +90,13 @@ def test_twenty_percent_faults_on_every_request_class_give_the_identical_dataset
     check_same_result(scene.client, bucket=scene.bucket, prefix="t", reference_bucket=reference.bucket, job_id=plan.JOB_ID)
     check_others_untouched(before, bucket_state(scene.client, scene.bucket), job_ids=[plan.JOB_ID],
                            may_delete=is_old, may_write=is_success)
-    # Every request class the job sent often enough was faulted, with every kind of fault, at about the rate asked.
-    often = {cls for cls, c in summary.items() if c["requests"] >= 10}
-    assert {"PutObject", "CreateMultipartUpload", "UploadPart", "CompleteMultipartUpload"} <= often, summary
-    for cls in often:
+    # The job's main request classes were faulted, and every class it sent 20 times or more, with every kind of
+    # fault, at about the rate asked. (At 20% a class sent 10 times goes unfaulted 11% of the time: seeded, so the
+    # same on every run, but any change to the job's requests draws again; every class failing once is
+    # test_every_request_failing_once_gives_the_identical_dataset's.)
+    main = {"PutObject", "CreateMultipartUpload", "UploadPart", "CompleteMultipartUpload"}
+    assert main <= {cls for cls, c in summary.items() if c["requests"] >= 10}, summary
+    for cls in main | {cls for cls, c in summary.items() if c["requests"] >= 20}:
         assert summary[cls]["faults"], f"{cls} was never faulted: {summary[cls]}"
     kinds = {k for c in summary.values() for k in c["faults"]}
     assert kinds == {f.name for f in (Fault.SLOW_DOWN, Fault.INTERNAL_ERROR, Fault.DROP, Fault.DROP_AFTER)}

@@ -124,6 +124,7 @@ class JobCommitter:
                 faults.checkpoint("commit.after_place")
                 if txn is not None:
                     self._settle_txn(entry, txn)
+                self.order.refuse_beside_others(entry)  # a store without conditional writes: refused, never waited
                 if entry.replaces:
                     # An overwrite waits for the earlier jobs touching what it replaces here, before its journal:
                     # one that outwaits its max wait fails by name with nothing visible and can be run again, rather
@@ -134,7 +135,6 @@ class JobCommitter:
                     self.order.wait_for_earlier(entry, entry.replaces, take_over=self._take_over,
                                                 progress=self.progress)
                     timings["wait"] = time.monotonic() - waited
-                self.order.refuse_beside_others(entry)
                 if since is not None:
                     self._refuse_conflict(entry, since)
                 journal = replace(journal, position=entry.position)
