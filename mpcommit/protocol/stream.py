@@ -32,6 +32,7 @@ import hashlib
 import logging
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import JobRolledBackError, JobStateError, ManifestError, MpcommitError, UsageError
 from ..options import OrderSettings
@@ -108,11 +109,21 @@ class StreamCommitter:
         if not job_id.startswith(prefix):
             raise StreamStateError(f"job {job_id} is not one of query {self.query.query_id}'s for micro-batch "
                                    f"{batch_id}")
-        recorded = self._record(batch_id)
-        for other in self._attempts(batch_id):
-            if other != job_id:
-                self._settle(other, batch_id)
-        committed = self._committed(batch_id, recorded.legacy)
+        # A micro-batch's commit is latency: the query's record, the batch's attempts and the ledger are read side
+        # by side. The ledger is asked again after settling other attempts (one may commit the batch as it is
+        # finished). Read before the attempts were listed, it can only miss a commit that ended meanwhile -- and
+        # the job's own commit decides again, after its place: this look is there to spare a replay its place.
+        with ThreadPoolExecutor(2, thread_name_prefix="mpcommit-stream") as pool:
+            attempts = pool.submit(self._attempts, batch_id)
+            ledger = pool.submit(self.newest)
+            recorded = self._record(batch_id)
+            others = [other for other in attempts.result() if other != job_id]
+            newest = ledger.result()
+        for other in others:
+            self._settle(other, batch_id)
+        if others:
+            newest = self.newest()
+        committed = self._committed(batch_id, recorded.legacy, newest)
         if committed is not None:
             self.roll_back(job_id, f"micro-batch {batch_id} was committed before, by job {committed}; Spark's "
                                    "checkpoint lagged")
@@ -204,13 +215,13 @@ class StreamCommitter:
                                        f"{other}`, then restart the query") from exc
         raise StreamStateError(f"micro-batch {batch_id}: an earlier attempt, job {other}, kept changing state")
 
-    def _committed(self, batch_id: int, legacy: LegacyProgress | None) -> str | None:
-        """Step 3: the job that committed micro-batch ``batch_id``, None when none did."""
+    def _committed(self, batch_id: int, legacy: LegacyProgress | None, newest: TxnRecord | None) -> str | None:
+        """Step 3: the job that committed micro-batch ``batch_id`` (``newest``: the query's newest version in the
+        order), None when none did."""
         if legacy is not None:
             found = self._legacy_committed(batch_id, legacy)
             if found is not None:
                 return found
-        newest = self.newest()
         if newest is None or newest.version < batch_id:
             return None
         if newest.version > batch_id:
