@@ -70,13 +70,15 @@ class Job:
     def __init__(self, spec: JobSpec, descriptor: JobDescriptor, *, store: S3Store,
                  commit_threads: int = DEFAULT_COMMIT_THREADS, progress: ProgressHook | None = None,
                  overwrite_bucket_root: bool = False, order: OrderSettings | None = None,
-                 heartbeat: bool = False):
+                 heartbeat: bool = False, table_order: TableOrder | None = None):
         self.spec = spec
         self.descriptor = descriptor
         self.store = store
         self.order = order or OrderSettings()
+        # ``table_order``: the table's order as this process reads it already (a stream's commit looked up the
+        # query's ledger in it: the entries and ends it read are not read again).
         self._committer = JobCommitter(store, spec.destination, spec.job_id, threads=commit_threads, progress=progress,
-                                       order=self.order)
+                                       order=self.order, table_order=table_order)
         #: The driver's sign of life while the job is open (see protocol/heartbeat.py).
         self._heartbeat = (Heartbeat(store, spec.paths, self.order.heartbeat_seconds, owner=self).start()
                            if heartbeat else None)

@@ -178,7 +178,7 @@ class TableOrder:
         through = self.view().through
         return Collected(through) if position <= through else None
 
-    def txn_state(self, app_id: str, *, below: int | None = None) -> TxnState:
+    def txn_state(self, app_id: str, *, below: int | None = None, view: OrderView | None = None) -> TxnState:
         """Application ``app_id`` in this order (below place ``below``): the newest version it committed -- from
         the newest committed place that carries it, else from the checkpoint -- and its places still open after
         that one. A version commits only after every earlier place of its application ended and only if it is
@@ -187,8 +187,8 @@ class TableOrder:
         Entries are read newest first, a few at a time and more each round (2, 8, 32, ...), until that place is
         found: an application that commits often (a stream's micro-batches) finds its last version among the
         newest places in one or two reads, where reading every entry the order holds cost a new process up to
-        ``keep_resolved`` requests per decision."""
-        view = self.view()
+        ``keep_resolved`` requests per decision. ``view``: the order as listed a moment ago (else listed now)."""
+        view = view if view is not None else self.view()
         newest_first = [p for p in reversed(view.positions) if p > view.through and (below is None or p < below)]
         still_open: list[OrderEntry] = []
         start, size = 0, 2
@@ -329,10 +329,11 @@ class TableOrder:
     # ------------------------------------------------------------ deciding
     def wait_for_earlier(self, me: OrderEntry, paths: tuple[str, ...], *,
                          take_over: Callable[[OrderEntry], None], progress: ProgressHook | None = None,
-                         blocks: Callable[[OrderEntry], bool] | None = None) -> None:
-        """Return once every job before ``me`` that touches ``paths`` (or for which ``blocks`` says so) has ended.
-        A job silent for the lease is handed to ``take_over`` (which finishes or rolls it back); a live one is
-        waited for, at most ``max_wait_seconds``, after which CommitFailedError names it."""
+                         blocks: Callable[[OrderEntry], bool] | None = None) -> OrderView:
+        """Return once every job before ``me`` that touches ``paths`` (or for which ``blocks`` says so) has ended;
+        returns the view that showed them ended (a decision about those jobs may be made from it without listing
+        the order again). A job silent for the lease is handed to ``take_over`` (which finishes or rolls it back); a
+        live one is waited for, at most ``max_wait_seconds``, after which CommitFailedError names it."""
         settings = self.settings
         pulse = Pulse(self.store)
         started = time.monotonic()
@@ -342,7 +343,7 @@ class TableOrder:
             view = self.view()
             blocking = [e for e in self.entries(view.open_before(me.position)) if in_the_way(e)]
             if not blocking:
-                return
+                return view
             if progress is not None:
                 progress("wait", 0, len(blocking))
             for e in blocking:

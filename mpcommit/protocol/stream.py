@@ -97,6 +97,9 @@ class StreamCommitter:
         self.table = table_of(destination)
         self.query = query
         self.order_settings = order
+        #: The table's commit order as this committer reads it: the ledger's look-ups and the micro-batch's own
+        #: commit (hand it to the job) share the entries and ends read once.
+        self.order = TableOrder(store, self.table, order)
         self.key = f"{self.table.root}{STREAMS_ROOT}{query.query_id}.json"
         self.where = f"s3://{self.table.bucket}/{self.key}"
 
@@ -132,8 +135,7 @@ class StreamCommitter:
 
     def newest(self) -> TxnRecord | None:
         """The newest micro-batch of the query committed to the table (its version is the batch id)."""
-        return TableOrder(self.store, self.table, self.order_settings).txn_state(
-            batch_txn(self.query.query_id, 0).app_id).newest
+        return self.order.txn_state(batch_txn(self.query.query_id, 0).app_id).newest
 
     def roll_back(self, job_id: str, why: str) -> None:
         """Roll back an attempt that must not commit (its commit never began)."""
@@ -241,7 +243,7 @@ class StreamCommitter:
         pending = legacy.pending
         if pending is None or pending.batch_id != batch_id:
             return None
-        order = TableOrder(self.store, self.table, self.order_settings)
+        order = self.order
         view = order.view()
         if view.positions and view.lowest > pending.after + 1:
             raise StreamStateError(

@@ -48,6 +48,7 @@ from .table_schema import check_existing_files
 
 if TYPE_CHECKING:
     from ..catalog.base import Catalog, TableName
+    from ..protocol.order import TableOrder
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ class PlannedWrite:
                         consulted=self.consulted if unseen else frozenset())
 
     def resume(self, spec: JobSpec, descriptor: JobDescriptor, *, heartbeat: bool = True,
-               task_hook: TaskHook | None = None) -> "StartedWrite":
+               task_hook: TaskHook | None = None, table_order: TableOrder | None = None) -> "StartedWrite":
         """This write's job ``spec`` in this process (another than the one that created it): its heartbeat from
         here to the end of its commit, and the catalog target checked again (a catalog, which holds a client,
         does not travel between processes)."""
@@ -110,7 +111,7 @@ class PlannedWrite:
             target = check_target(s.table, _catalog(s, "glue"), s3=s.s3)
         job = Job(spec, descriptor, store=store_for(spec.s3), commit_threads=s.commit_threads,
                   overwrite_bucket_root=s.overwrite_bucket_root, heartbeat=heartbeat and not spec.ignored,
-                  order=s.order)
+                  order=s.order, table_order=table_order)
         job.txn = s.txn  # the version its commit records (a duplicate was found at start: the job is ignored)
         return StartedWrite(self, job, target, task_hook=task_hook)
 

@@ -130,7 +130,7 @@ class StreamSink:
             if txn is None:
                 return  # committed before: this attempt was rolled back
             faults.checkpoint("stream.after_settle", batch_id)
-            started = self.planned.resume(self.spec(job_id), descriptor.result())
+            started = self.planned.resume(self.spec(job_id), descriptor.result(), table_order=committer.order)
         started.job.txn = txn
         report = started.finish(results)
         if report.duplicate_of is not None:

@@ -176,9 +176,11 @@ class JobCommitter:
     def _settle_txn(self, entry: OrderEntry, txn: Txn) -> None:
         """Before the journal: wait for the earlier places of this application to end, then commit only a version
         newer than every one they committed (the way delta-rs decides a transaction's app id and version)."""
-        self.order.wait_for_earlier(entry, (), take_over=self._take_over, progress=self.progress,
-                                    blocks=lambda e: e.txn is not None and e.txn.app_id == txn.app_id)
-        newest = self.order.txn_state(txn.app_id, below=entry.position).newest
+        # The view that showed every earlier place of the application ended answers for them: places are taken in
+        # turn, so none of the application's can appear below ours after it.
+        ended = self.order.wait_for_earlier(entry, (), take_over=self._take_over, progress=self.progress,
+                                            blocks=lambda e: e.txn is not None and e.txn.app_id == txn.app_id)
+        newest = self.order.txn_state(txn.app_id, below=entry.position, view=ended).newest
         if newest is None or newest.version < txn.version:
             return
         if newest.version == txn.version:
