@@ -126,7 +126,8 @@ class PlannedWrite:
             from .table_target import check
 
             target = check_target(s.table, _catalog(s, default_catalog), s3=s.s3, spark=spark)
-            check(*target, path=request.uri, fmt=self.fmt.name, partition_by=self.columns)
+            if not s.layout_checked:  # else the write's options were resolved against the table a moment ago
+                check(*target, path=request.uri, fmt=self.fmt.name, partition_by=self.columns)
         job = Job.create(request.uri, mode=request.mode, partition_overwrite=request.partition_overwrite,
                          s3=s.s3, writer=s.writer, commit_threads=s.commit_threads,
                          overwrite_bucket_root=s.overwrite_bucket_root, txn=s.txn, order=s.order)

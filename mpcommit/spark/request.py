@@ -81,6 +81,10 @@ class Settings:
     txn: Txn | None = None
     #: How the job keeps its place in the table's commit order (heartbeat, lease, waits): OrderSettings.
     order: OrderSettings | None = None
+    #: Set by :func:`~mpcommit.spark.table_target.resolve`, not by a caller: the table's layout was read from its
+    #: catalog for this write and the write's path, format and partition columns were taken from or checked
+    #: against it, so the write's start does not ask the catalog again.
+    layout_checked: bool = False
 
     def __post_init__(self) -> None:
         if self.order is not None and not isinstance(self.order, OrderSettings):

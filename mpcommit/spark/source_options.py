@@ -43,6 +43,8 @@ checkpointLocation    a stream's, read by Spark (and by mpcommit's sink to recor
 from __future__ import annotations
 
 import dataclasses
+import os
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -77,9 +79,20 @@ class GlueCatalogSpec:
     catalog_id: str | None = None
 
     def build(self, s3: S3Options | None) -> Any:
+        """The catalog, made once per process for these options: a write's options and its start both ask it
+        (a Glue client costs its credentials' and endpoint's resolution)."""
         from ..catalog.glue import GlueCatalog
 
-        return GlueCatalog(s3, endpoint_url=self.endpoint_url, catalog_id=self.catalog_id)
+        key = (os.getpid(), self, s3)
+        with _BUILT_LOCK:
+            built = _BUILT.get(key)
+            if built is None:
+                built = _BUILT[key] = GlueCatalog(s3, endpoint_url=self.endpoint_url, catalog_id=self.catalog_id)
+        return built
+
+
+_BUILT: dict[tuple[int, GlueCatalogSpec, S3Options | None], Any] = {}
+_BUILT_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -129,7 +142,7 @@ def parse(options: Mapping[str, str], *, overwrite: bool, session: Recorder, str
     # option table (with catalog glue): the path, format and partition columns the options leave out are the table's.
     target = resolve_target(settings, path=path, fmt=source, partition_by=partition_by, default_catalog="glue")
     if target is not None:
-        path, source, partition_by = target.path, target.format, target.partition_by
+        path, source, partition_by, settings = target.path, target.format, target.partition_by, target.settings
     if columns is not None:
         check_all_partition_columns(columns, list(partition_by))
     request = translate(rest, path=path, mode=mode, partition_by=list(partition_by), source=source, session=session,

@@ -54,7 +54,9 @@ def resolve(settings: Settings, *, path: str | None, fmt: str | None, partition_
                              "not say where its tables are (it has no layout()): give the path. Nothing was written.")
         return None
     where, chosen, columns = write_layout(layout(name), path=path, fmt=fmt, partition_by=partition_by)
-    kept = settings if callable(build) else dataclasses.replace(settings, catalog=catalog)
+    kept = dataclasses.replace(settings, layout_checked=True)
+    if not callable(build):
+        kept = dataclasses.replace(kept, catalog=catalog)
     return Target(where, chosen, columns, kept)
 
 
