@@ -135,6 +135,38 @@ def test_the_circle_check_can_fail() -> None:
     assert circles({"a": {"b"}, "b": set()}) == []
 
 
+#: What an engine binding may import of the protocol: its public names (mpcommit.protocol) and these modules.
+ENGINE_MAY_IMPORT = {"mpcommit.protocol", "mpcommit.protocol.job", "mpcommit.protocol.task",
+                     "mpcommit.protocol.layout", "mpcommit.protocol.stream", "mpcommit.protocol.faults"}
+
+
+def reaching_into_the_protocol(found: Iterator[tuple[str, Path]]) -> list[str]:
+    return [f"{name}:{line} -> {target}" for name, path in found if name.startswith("spark")
+            for target, line in imports(name, path)
+            if target.startswith("mpcommit.protocol") and target not in ENGINE_MAY_IMPORT]
+
+
+def test_the_spark_binding_uses_the_protocol_through_its_public_names() -> None:
+    """Issue 37: spark/ imported the protocol's records, commit and order internals; it uses the names
+    mpcommit.protocol hands out and the job, task, layout, stream and faults modules (protocol/__init__.py)."""
+    assert not reaching_into_the_protocol(modules())
+
+
+def test_the_public_names_of_the_protocol_resolve() -> None:
+    import mpcommit.protocol as protocol
+
+    for name in protocol.__all__:
+        assert getattr(protocol, name) is not None
+    with pytest.raises(AttributeError):
+        protocol.NoSuchName  # noqa: B018
+
+
+def test_the_engine_boundary_check_can_fail(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text("from ..protocol.records.order import Txn\nfrom ..protocol import Txn as T\n")
+    assert reaching_into_the_protocol(iter([("spark.m", module)])) == ["spark.m:1 -> mpcommit.protocol.records.order"]
+
+
 @pytest.mark.parametrize("library", sorted(ONLY_IN))
 def test_third_party_libraries_stay_behind_their_boundary(library: str) -> None:
     allowed = ONLY_IN[library]

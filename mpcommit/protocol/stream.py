@@ -44,7 +44,7 @@ from .order import TableOrder
 from .records.order import Outcome, Txn, TxnRecord
 from .records.stream import LegacyProgress, StreamQuery, StreamStateError
 
-__all__ = ["MAX_BATCH_ID", "STREAMS_ROOT", "StreamCommitter", "StreamStateError", "batch_job_id", "batch_of_job",
+__all__ = ["MAX_BATCH_ID", "STREAMS_ROOT", "StreamCommitter", "StreamQuery", "StreamStateError", "batch_job_id", "batch_of_job",
            "batch_prefix", "batch_txn"]
 
 log = logging.getLogger(__name__)

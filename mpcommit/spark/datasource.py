@@ -37,7 +37,7 @@ from typing import Any, Protocol, TypeVar
 import pyarrow as pa
 
 from ..errors import MpcommitError, UsageError
-from ..protocol.records.manifest import InlineBudget, TaskResult
+from ..protocol import InlineBudget, TaskResult
 from .plan import WriteHandle, arrow_schema_of, plan_write
 from .session import Recorder, SessionSettings
 from .source_options import parse

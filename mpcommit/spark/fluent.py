@@ -31,8 +31,7 @@ from ..errors import SparkWriterError, UsageError
 from ..formats.partitioning import DEFAULT_MAX_OPEN_WRITERS
 from ..modes import WriteMode
 from ..options import OrderSettings, S3Options, WriterSettings
-from ..protocol.commit import DEFAULT_COMMIT_THREADS, CommitReport
-from ..protocol.records.order import Txn
+from ..protocol import DEFAULT_COMMIT_THREADS, CommitReport, Txn
 from .request import (
     Settings,
     check_all_partition_columns,

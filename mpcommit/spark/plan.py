@@ -36,10 +36,8 @@ from ..formats.empty_result import add_empty_result_file
 from ..formats.parquet import ParquetFormat, TimestampType
 from ..formats.partitioning import data_schema, resolve_partition_columns
 from ..modes import PartitionOverwrite, WriteMode
-from ..protocol.commit import CommitReport
+from ..protocol import INLINE_MAX_PARTS, CommitReport, JobDescriptor, MergedFile, TaskResult
 from ..protocol.job import Job
-from ..protocol.records.job import JobDescriptor, MergedFile
-from ..protocol.records.manifest import INLINE_MAX_PARTS, TaskResult
 from ..protocol.task import JobSpec
 from ..store.s3 import store_for
 from .request import WriteRequest
@@ -48,7 +46,7 @@ from .table_schema import check_existing_files
 
 if TYPE_CHECKING:
     from ..catalog.base import Catalog, TableName
-    from ..protocol.order import TableOrder
+    from ..protocol.stream import StreamCommitter
 
 log = logging.getLogger(__name__)
 
@@ -99,10 +97,11 @@ class PlannedWrite:
                         consulted=self.consulted if unseen else frozenset())
 
     def resume(self, spec: JobSpec, descriptor: JobDescriptor, *, heartbeat: bool = True,
-               task_hook: TaskHook | None = None, table_order: TableOrder | None = None) -> "StartedWrite":
+               task_hook: TaskHook | None = None, stream: StreamCommitter | None = None) -> "StartedWrite":
         """This write's job ``spec`` in this process (another than the one that created it): its heartbeat from
         here to the end of its commit, and the catalog target checked again (a catalog, which holds a client,
-        does not travel between processes)."""
+        does not travel between processes). ``stream``: the micro-batch's committer, whose reading of the table's
+        commit order the job's commit goes on with."""
         s = self.request.settings
         target = None
         if s.table is not None:
@@ -111,7 +110,7 @@ class PlannedWrite:
             target = check_target(s.table, _catalog(s, "glue"), s3=s.s3)
         job = Job(spec, descriptor, store=store_for(spec.s3), commit_threads=s.commit_threads,
                   overwrite_bucket_root=s.overwrite_bucket_root, heartbeat=heartbeat and not spec.ignored,
-                  order=s.order, table_order=table_order)
+                  order=s.order, table_order=stream.order if stream is not None else None)
         job.txn = s.txn  # the version its commit records (a duplicate was found at start: the job is ignored)
         return StartedWrite(self, job, target, task_hook=task_hook)
 

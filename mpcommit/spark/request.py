@@ -23,8 +23,7 @@ from ..formats.parquet import PARQUET_COMPRESSION, TimestampType
 from ..formats.partitioning import DEFAULT_MAX_OPEN_WRITERS
 from ..modes import PartitionOverwrite, WriteMode
 from ..options import OrderSettings, S3Options, WriterSettings
-from ..protocol.commit import DEFAULT_COMMIT_THREADS
-from ..protocol.records.order import Txn
+from ..protocol import DEFAULT_COMMIT_THREADS, Txn
 from .table_schema import SchemaMismatch
 
 if TYPE_CHECKING:

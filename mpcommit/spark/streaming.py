@@ -36,13 +36,10 @@ import pyarrow as pa
 
 from ..errors import JobRolledBackError, MpcommitError, NoSuchKeyError, ProtocolError
 from ..options import S3Options, WriterSettings
-from ..protocol import faults
+from ..protocol import InlineBudget, JobDescriptor, TaskResult, faults
 from ..protocol.job import check_bucket_root_overwrite, write_descriptor
 from ..protocol.layout import parse_uri
-from ..protocol.records.job import JobDescriptor
-from ..protocol.records.manifest import InlineBudget, TaskResult
-from ..protocol.records.stream import StreamQuery
-from ..protocol.stream import StreamCommitter, StreamStateError, batch_job_id
+from ..protocol.stream import StreamCommitter, StreamQuery, StreamStateError, batch_job_id
 from ..protocol.task import JobSpec
 from ..store.s3 import S3Store, store_for
 from .datasource import Message, TaskOutcome
@@ -130,7 +127,7 @@ class StreamSink:
             if txn is None:
                 return  # committed before: this attempt was rolled back
             faults.checkpoint("stream.after_settle", batch_id)
-            started = self.planned.resume(self.spec(job_id), descriptor.result(), table_order=committer.order)
+            started = self.planned.resume(self.spec(job_id), descriptor.result(), stream=committer)
         started.job.txn = txn
         report = started.finish(results)
         if report.duplicate_of is not None:

@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from ..errors import ProtocolError
 from ..formats.partitioning import PartitionedWriter
-from ..protocol.records.manifest import TaskResult
+from ..protocol import TaskResult
 from .plan import TaskPlan
 
 

@@ -34,11 +34,9 @@ from ..errors import ExecutorEnvironmentError, UsageError
 from ..formats.partitioning import DEFAULT_MAX_OPEN_WRITERS
 from ..modes import PartitionOverwrite, WriteMode
 from ..options import OrderSettings, S3Options, WriterSettings
-from ..protocol.commit import DEFAULT_COMMIT_THREADS, CommitReport
-from ..protocol.commit.committed import HandedOverResults
+from ..protocol import (DEFAULT_COMMIT_THREADS, CommitReport, HandedOverResults, InlineBudget, TaskResult, Txn,
+                        inline_parts_per_task)
 from ..protocol.job import Job
-from ..protocol.records.manifest import InlineBudget, TaskResult, inline_parts_per_task
-from ..protocol.records.order import Txn
 from .compat import check_pyspark
 from .plan import StartedWrite, TaskHook, arrow_schema_of, plan_write
 from .request import Settings, WriteRequest
