@@ -49,6 +49,10 @@ FILES = 5
 #: The kill of each run, in order; the last run is not killed.
 KILLS = ("commit.after_complete:1:killgroup", "stream.after_data_commit::killgroup",
          "commit.after_journal::killgroup", None)
+#: What CI runs: the first two kills (a commit half visible; a commit Spark did not log), then the clean run. A driver
+#: costs about 35 s; the third kill (journal written, nothing visible) is in the long tier, and the same state is
+#: forced without Spark in CI (tests/protocol/test_stream.py, the replay trials' commit.after_journal stops).
+CI_KILLS = (*KILLS[:2], None)
 
 
 def test_the_kill_points_are_the_sinks_named_points() -> None:
@@ -123,8 +127,10 @@ def order_places(be: Any, bucket: str) -> list[str]:
     return sorted(k for k in all_keys(be.client, bucket, "t/_mpcommit/order/") if not k.endswith(".done"))
 
 
-def test_a_driver_killed_at_each_point_of_a_commit_and_restarted_commits_every_row_once(moto_backend,
-                                                                                        tmp_path) -> None:  # noqa: ANN001
+@pytest.mark.parametrize("kills", [pytest.param(CI_KILLS, id="two-kills"),
+                                   pytest.param(KILLS, id="three-kills", marks=pytest.mark.long)])
+def test_a_driver_killed_at_each_point_of_a_commit_and_restarted_commits_every_row_once(moto_backend, tmp_path,
+                                                                                        kills) -> None:  # noqa: ANN001
     be = moto_backend
     bucket = be.new_bucket()
     folder, checkpoint = tmp_path / "in", tmp_path / "checkpoint"
@@ -134,7 +140,7 @@ def test_a_driver_killed_at_each_point_of_a_commit_and_restarted_commits_every_r
     config = {"endpoint": be.endpoint_url, "uri": f"s3://{bucket}/t", "input": str(folder),
               "checkpoint": str(checkpoint), "options": {"commitThreads": "1"}}  # completes one by one
 
-    for killed_batch, fault in enumerate(KILLS):
+    for killed_batch, fault in enumerate(kills):
         run = run_driver(config, fault)
         if fault is None:
             report = report_of(run)
