@@ -59,7 +59,7 @@ from ..options import OrderSettings
 from ..pool import ProgressHook
 from ..store.conditional import Held, Records
 from ..store.s3 import S3Store
-from . import faults
+from . import faults, order_txn
 from .heartbeat import Pulse
 from .layout import JobPaths, Table
 from .order_view import Collected, OrderSnapshot, OrderView, PlaceEndedError, TxnState
@@ -100,6 +100,9 @@ class TableOrder:
         self._entries: dict[int, OrderEntry] = {}
         self._outcomes: dict[int, OrderOutcome] = {}
         self._checkpoints: dict[int, OrderCheckpoint] = {}
+        #: A place this order took at its first try -> the listing it was taken from, which named every place
+        #: below it (places are taken in turn): the first look of the wait that follows (wait_for_earlier).
+        self._listed_below: dict[int, OrderView] = {}
 
     def _records(self) -> Records:
         return Records.of(self.store, self.table.bucket, self.table.root)
@@ -179,38 +182,10 @@ class TableOrder:
         return Collected(through) if position <= through else None
 
     def txn_state(self, app_id: str, *, below: int | None = None, view: OrderView | None = None) -> TxnState:
-        """Application ``app_id`` in this order (below place ``below``): the newest version it committed -- from
-        the newest committed place that carries it, else from the checkpoint -- and its places still open after
-        that one. A version commits only after every earlier place of its application ended and only if it is
-        newer than any they committed, so the newest committed place holds the highest version.
-
-        Entries are read newest first, a few at a time and more each round (2, 8, 32, ...), until that place is
-        found: an application that commits often (a stream's micro-batches) finds its last version among the
-        newest places in one or two reads, where reading every entry the order holds cost a new process up to
-        ``keep_resolved`` requests per decision. ``view``: the order as listed a moment ago (else listed now)."""
-        view = view if view is not None else self.view()
-        newest_first = [p for p in reversed(view.positions) if p > view.through and (below is None or p < below)]
-        still_open: list[OrderEntry] = []
-        start, size = 0, 2
-        while start < len(newest_first):
-            # The first two places are read with their ends side by side: the newest of them is most often the
-            # application's own last commit (a stream's previous micro-batch), so its end is wanted at once, and
-            # an end read for nothing costs a request, not a round trip.
-            chunk = self.read_ahead(newest_first[start:start + size],
-                                    ends=[p for p in newest_first[start:start + size] if p in view.ended]
-                                    if start == 0 else ())
-            start, size = start + size, size * 4
-            for e in self.entries(chunk):
-                if e.txn is None or e.txn.app_id != app_id:
-                    continue
-                if e.position not in view.ended:
-                    still_open.append(e)
-                    continue
-                outcome = self.outcome(e.position)
-                if outcome is not None and outcome.outcome is Outcome.COMMITTED:
-                    return TxnState(TxnRecord(e.txn.version, e.position, e.job_id), tuple(still_open))
-        checkpoint = self.checkpoint(view)
-        return TxnState(checkpoint.txns.get(app_id) if checkpoint is not None else None, tuple(still_open))
+        """Application ``app_id`` in this order (below place ``below``): its newest committed version and its
+        places still open after it (:func:`~mpcommit.protocol.order_txn.txn_state`). ``view``: the order as listed
+        a moment ago (else listed now)."""
+        return order_txn.txn_state(self, app_id, below=below, view=view)
 
     def read_ahead(self, positions: list[int], *, ends: Iterable[int] = ()) -> list[int]:
         """Read the entries not yet cached side by side (entries never change, so they are cached from then on),
@@ -305,6 +280,8 @@ class TableOrder:
                 break
             position += 1
         self._entries[position] = entry
+        if position == view.highest + 1:
+            self._listed_below[position] = view
         return entry
 
     def end(self, entry: OrderEntry, outcome: Outcome, *, reason: str = "", txn: Txn | None = None,
@@ -345,8 +322,11 @@ class TableOrder:
         started = time.monotonic()
         delay = min(0.05, settings.poll_seconds)
         in_the_way = blocks or (lambda e: e.overlaps(paths))
+        # First from the listing this order took ``me``'s place from, when it named every place below it: a place
+        # it showed ended stays ended, and one it showed open is looked at again in a new listing.
+        listed = self._listed_below.pop(me.position, None)
         while True:
-            view = self.view()
+            view, listed = (listed, None) if listed is not None else (self.view(), None)
             blocking = [e for e in self.entries(view.open_before(me.position)) if in_the_way(e)]
             if not blocking:
                 return view
@@ -447,6 +427,10 @@ class TableOrder:
 
     def _write_checkpoint(self, view: OrderView, doomed: list[int]) -> None:
         previous = self.checkpoint(view)
+        if view.checkpoints and (previous is None or previous.through != view.through):
+            # Another collection replaced the newest checkpoint listed: the versions it kept are in its newer one,
+            # which this listing did not see. A checkpoint written from an older one could lose them.
+            raise CommitFailedError(f"the commit order of {self.table.uri} was collected by another job meanwhile")
         txns = dict(previous.txns) if previous is not None else {}
         for p in doomed:
             outcome = self.outcome(p)
