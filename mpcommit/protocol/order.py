@@ -280,8 +280,8 @@ class TableOrder:
                 break
             position += 1
         self._entries[position] = entry
-        if position == view.highest + 1:
-            self._listed_below[position] = view
+        # Only the newest place's listing is kept: a place whose job does not wait (an append) leaves none behind.
+        self._listed_below = {position: view} if position == view.highest + 1 else {}
         return entry
 
     def end(self, entry: OrderEntry, outcome: Outcome, *, reason: str = "", txn: Txn | None = None,
