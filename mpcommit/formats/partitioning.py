@@ -27,7 +27,8 @@ Memory bound of one task (the reason for all of the above)::
     peak ~= max_open_writers x (format buffer + multipart part buffers) + closing_bytes + one batch being split
 
 * format buffer: Parquet collects up to ``row_group_bytes`` (16 MiB by default) of Arrow data per open
-  file; CSV, JSON and text stream through (a few KiB of compressor state);
+  file, and up to 256 KiB of encoded bytes before they go to the sink; CSV, JSON and text stream through (a few
+  KiB of compressor state);
 * multipart part buffers: one part filling plus ``max_parts_in_flight`` uploading, each at most the part
   size (8 MiB at first): ``part_size x (1 + max_parts_in_flight)`` = 24 MiB with the default settings.
 
