@@ -282,40 +282,51 @@ def dictionary_columns(table: pa.Table) -> bool | list[str]:
 def _paying_dictionaries(table: pa.Table, names: list[str]) -> list[str]:
     """The columns among ``names`` whose dictionary pays (:func:`_dictionary_pays`). The small columns of 1, 2, 4
     or 8-byte values without nulls -- every column of a file of a few thousand rows -- are counted exactly all
-    together, by one sort of their bits: a count per column cost a small file more CPU than encoding it (1.1 ms of
-    2.2 for a 2,700-row file of five columns, issue 39). Bits decide equality, as Arrow's counting does (0.0 and
-    -0.0 apart, NaNs by their payload)."""
-    paying, small = [], {}
+    together, by one sort per value width of their values' bits, read in place: a count per column cost a small file
+    more CPU than encoding it (1.1 ms of 2.2 for a 2,700-row file of five columns, issue 39). Bits decide equality,
+    as Arrow's counting does (0.0 and -0.0 apart, NaNs by their payload)."""
+    paying = []
+    widths = _value_widths(table.schema)
+    small: dict[str, tuple[np.ndarray, int]] = {}
     for name in names:
-        head = table.column(name).slice(0, _JUDGED_VALUES)
-        bits = _small_fixed_width_bits(head)
+        column = table.column(name)
+        bits = _small_fixed_width_bits(column, widths[name])
         if bits is None:
-            if _dictionary_pays(head):
+            if _dictionary_pays(column.slice(0, _JUDGED_VALUES)):
                 paying.append(name)
         else:
-            small[name] = bits
+            small[name] = (bits, widths[name])
     if small:
-        matrix = np.sort(np.stack([bits for bits, _ in small.values()]), axis=1)
-        distinct = 1 + np.count_nonzero(matrix[:, 1:] != matrix[:, :-1], axis=1)
-        paying += [name for (name, (bits, width)), d in zip(small.items(), distinct.tolist())
-                   if _pays(len(bits), width, d)]
+        distinct: dict[str, int] = {}
+        for width in {w for _, w in small.values()}:
+            same = [name for name, (_, w) in small.items() if w == width]
+            matrix = np.sort(np.stack([small[name][0] for name in same]), axis=1)
+            counts = 1 + np.count_nonzero(matrix[:, 1:] != matrix[:, :-1], axis=1)
+            distinct.update(zip(same, counts.tolist()))
+        paying += [name for name, (bits, width) in small.items() if _pays(len(bits), width, distinct[name])]
     return paying
 
 
-def _small_fixed_width_bits(head: pa.ChunkedArray) -> tuple[np.ndarray, int] | None:
-    """The values of a column of at most _EXACT_UP_TO fixed-width values of 1-8 bytes with no nulls, as uint64 bits
-    (with the width), or None."""
-    if not 0 < len(head) <= _EXACT_UP_TO or head.null_count or _is_variable_width(head.type):
+@lru_cache(maxsize=64)
+def _value_widths(schema: pa.Schema) -> dict[str, int]:
+    """Column -> the bytes of its values when 1, 2, 4 or 8 and whole (0 otherwise: variable-width, bits, wider)."""
+    widths = {}
+    for field in schema:
+        try:
+            bits = 0 if _is_variable_width(field.type) else field.type.bit_width
+        except ValueError:  # no fixed width known to Arrow
+            bits = 0
+        widths[field.name] = bits // 8 if bits % 8 == 0 and bits // 8 in (1, 2, 4, 8) else 0
+    return widths
+
+
+def _small_fixed_width_bits(column: pa.ChunkedArray, width: int) -> np.ndarray | None:
+    """The values of a column of at most _EXACT_UP_TO values of ``width`` bytes (0: not such a column) with no
+    nulls, as unsigned integers of that width (a view of the column's buffer when it is one chunk), or None."""
+    if not width or not 0 < len(column) <= _EXACT_UP_TO or column.null_count:
         return None
-    try:
-        width = head.type.bit_width // 8
-    except ValueError:
-        return None
-    if width not in (1, 2, 4, 8) or head.type.bit_width % 8:
-        return None
-    array = head.combine_chunks()
-    bits = np.frombuffer(array.buffers()[1], dtype=f"<u{width}", count=len(array) + array.offset)[array.offset:]
-    return bits.astype(np.uint64), width
+    array = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    return np.frombuffer(array.buffers()[1], dtype=f"<u{width}", count=len(array) + array.offset)[array.offset:]
 
 
 def _pays(values: int, width: int, distinct: int) -> bool:
@@ -324,6 +335,7 @@ def _pays(values: int, width: int, distinct: int) -> bool:
     return distinct * width + index_bytes < values * width
 
 
+@lru_cache(maxsize=64)
 def _judged(schema: pa.Schema) -> frozenset[str]:
     """Top-level columns whose dictionary is decided from their values (flat, not boolean, not dictionary)."""
     return frozenset(
