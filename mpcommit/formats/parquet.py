@@ -256,8 +256,12 @@ def _one_page_per_column(table: pa.Table, nbytes_bound: int) -> bool:
     size limits far above what the table holds (``nbytes_bound``: at least the table's Arrow bytes; a column's
     values encode to at most 1.5x their Arrow bytes, INT96 timestamps, and nested ones add levels: a margin of 4x),
     and no column of Arrow dictionaries (whose chunks may each have their own, which combining would merge)."""
-    return (table.num_rows < _PAGE_MAX_ROWS and 4 * nbytes_bound < _PAGE_MAX_BYTES
-            and not any(_has_dictionary(f.type) for f in table.schema))
+    return table.num_rows < _PAGE_MAX_ROWS and 4 * nbytes_bound < _PAGE_MAX_BYTES and not _has_dictionaries(table.schema)
+
+
+@lru_cache(maxsize=64)
+def _has_dictionaries(schema: pa.Schema) -> bool:
+    return any(_has_dictionary(f.type) for f in schema)
 
 
 def _has_dictionary(t: pa.DataType) -> bool:
