@@ -81,10 +81,10 @@ class Stub:
         self.endpoint = f"http://127.0.0.1:{int(line.split()[1])}"
 
     def cpu_seconds(self) -> float:
-        import psutil
-
-        t = psutil.Process(self.proc.pid).cpu_times()
-        return t.user + t.system
+        """The server's CPU (user + system), from /proc: psutil is a bench extra that a test venv may lack."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        # utime and stime are the stat file's 14th and 15th fields (the 12th and 13th after the command's ")").
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def stop(self) -> None:
         self.proc.terminate()

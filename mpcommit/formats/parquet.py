@@ -60,6 +60,13 @@ class TimestampType(str, Enum):
             ) from None
 
 
+#: What pyarrow's writer gathers of a file before the sink gets it (one such buffer per open file).
+WRITE_BUFFER_BYTES = 256 * 1024
+#: pyarrow's defaults (``ParquetWriter``: ``max_rows_per_page``, ``data_page_size``; ``dictionary_pagesize_limit``
+#: is the same 1 MiB), which this module does not change: below both, a column chunk is one page.
+_PAGE_MAX_ROWS = 20_000
+_PAGE_MAX_BYTES = 1024 * 1024
+
 #: In-memory (Arrow) bytes collected per row group. Spark's ``parquet.block.size`` (128 MB) counts encoded
 #: bytes that parquet-mr buffers per open file; 16 MiB of Arrow data keeps many open partition writers
 #: affordable in a Python worker while still giving row groups of a few MiB compressed.
@@ -183,6 +190,7 @@ class _ParquetFileWriter(FormatWriter):
         # Opened with the first row group, whose values decide each column's dictionary; the footer goes out
         # on close.
         self._writer: Any = None
+        self._out: Any = None
 
     def write(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
@@ -205,6 +213,11 @@ class _ParquetFileWriter(FormatWriter):
         if not self._pending:
             return
         table = pa.Table.from_batches(self._pending, schema=self._schema)
+        if len(self._pending) > 1 and _one_page_per_column(table, self._pending_bytes):
+            # One chunk per column costs pyarrow less to encode and the dictionary judge less to read (issue 39: a
+            # small file assembled from a task's interleaved batches arrives in ~20 pieces; 0.3 ms a file), and in
+            # a column chunk that is one data page the bytes written do not depend on the chunks.
+            table = table.combine_chunks()
         if self._cast:
             table = table.cast(self._file_schema, safe=False)  # sub-millisecond digits cut off, as Spark does
         self._pending, self._pending_bytes, self._exact = [], 0, False
@@ -214,10 +227,14 @@ class _ParquetFileWriter(FormatWriter):
         self._writer.write_table(table, row_group_size=max(1, table.num_rows))
 
     def _open(self, use_dictionary: bool | list[str]) -> None:
+        # pyarrow writes a file in pieces of a page header or a page each, and every write into a Python sink is a
+        # call into Python (a small file: ~14 of them, each a trip through the multipart writer): gathered here
+        # first, the sink gets one write per WRITE_BUFFER_BYTES. close() hands on the rest, leaving the sink open.
+        self._out = pa.BufferedOutputStream(pa.PythonFile(self._sink, mode="w"), WRITE_BUFFER_BYTES)
         # No ARROW:schema in the footer (store_schema=False), as in Spark's files: other readers (pyarrow, polars)
         # type a column from it before its Parquet type, so an INT96 column came back as timestamp[us, <the
         # session's zone>] where Spark's own file gives timestamp[ns], and the two tables did not concat.
-        self._writer = pq.ParquetWriter(self._sink, self._file_schema, compression=self._codec,
+        self._writer = pq.ParquetWriter(self._out, self._file_schema, compression=self._codec,
                                         use_dictionary=use_dictionary, use_deprecated_int96_timestamps=self._int96,
                                         store_schema=False)
 
@@ -226,10 +243,31 @@ class _ParquetFileWriter(FormatWriter):
         if self._writer is None:  # no rows: a file with the schema and no row group
             self._open(True)
         self._writer.close()
+        self._out.detach()  # the buffered rest into the sink, which stays open (its owner closes or aborts it)
 
     @property
     def buffered_bytes(self) -> int:
         return self._pending_bytes
+
+
+def _one_page_per_column(table: pa.Table, nbytes_bound: int) -> bool:
+    """Whether pyarrow writes each column chunk of ``table`` as one data page with its dictionary kept (or none
+    asked for), whatever chunks the columns come in: fewer rows than a page may hold, a page's and a dictionary's
+    size limits far above what the table holds (``nbytes_bound``: at least the table's Arrow bytes; a column's
+    values encode to at most 1.5x their Arrow bytes, INT96 timestamps, and nested ones add levels: a margin of 4x),
+    and no column of Arrow dictionaries (whose chunks may each have their own, which combining would merge)."""
+    return table.num_rows < _PAGE_MAX_ROWS and 4 * nbytes_bound < _PAGE_MAX_BYTES and not _has_dictionaries(table.schema)
+
+
+@lru_cache(maxsize=64)
+def _has_dictionaries(schema: pa.Schema) -> bool:
+    return any(_has_dictionary(f.type) for f in schema)
+
+
+def _has_dictionary(t: pa.DataType) -> bool:
+    if pa.types.is_dictionary(t):
+        return True
+    return any(_has_dictionary(t.field(i).type) for i in range(t.num_fields))
 
 
 def dictionary_columns(table: pa.Table) -> bool | list[str]:
@@ -248,40 +286,51 @@ def dictionary_columns(table: pa.Table) -> bool | list[str]:
 def _paying_dictionaries(table: pa.Table, names: list[str]) -> list[str]:
     """The columns among ``names`` whose dictionary pays (:func:`_dictionary_pays`). The small columns of 1, 2, 4
     or 8-byte values without nulls -- every column of a file of a few thousand rows -- are counted exactly all
-    together, by one sort of their bits: a count per column cost a small file more CPU than encoding it (1.1 ms of
-    2.2 for a 2,700-row file of five columns, issue 39). Bits decide equality, as Arrow's counting does (0.0 and
-    -0.0 apart, NaNs by their payload)."""
-    paying, small = [], {}
+    together, by one sort per value width of their values' bits, read in place: a count per column cost a small file
+    more CPU than encoding it (1.1 ms of 2.2 for a 2,700-row file of five columns, issue 39). Bits decide equality,
+    as Arrow's counting does (0.0 and -0.0 apart, NaNs by their payload)."""
+    paying = []
+    widths = _value_widths(table.schema)
+    small: dict[str, tuple[np.ndarray, int]] = {}
     for name in names:
-        head = table.column(name).slice(0, _JUDGED_VALUES)
-        bits = _small_fixed_width_bits(head)
+        column = table.column(name)
+        bits = _small_fixed_width_bits(column, widths[name])
         if bits is None:
-            if _dictionary_pays(head):
+            if _dictionary_pays(column.slice(0, _JUDGED_VALUES)):
                 paying.append(name)
         else:
-            small[name] = bits
+            small[name] = (bits, widths[name])
     if small:
-        matrix = np.sort(np.stack([bits for bits, _ in small.values()]), axis=1)
-        distinct = 1 + np.count_nonzero(matrix[:, 1:] != matrix[:, :-1], axis=1)
-        paying += [name for (name, (bits, width)), d in zip(small.items(), distinct.tolist())
-                   if _pays(len(bits), width, d)]
+        distinct: dict[str, int] = {}
+        for width in {w for _, w in small.values()}:
+            same = [name for name, (_, w) in small.items() if w == width]
+            matrix = np.sort(np.stack([small[name][0] for name in same]), axis=1)
+            counts = 1 + np.count_nonzero(matrix[:, 1:] != matrix[:, :-1], axis=1)
+            distinct.update(zip(same, counts.tolist()))
+        paying += [name for name, (bits, width) in small.items() if _pays(len(bits), width, distinct[name])]
     return paying
 
 
-def _small_fixed_width_bits(head: pa.ChunkedArray) -> tuple[np.ndarray, int] | None:
-    """The values of a column of at most _EXACT_UP_TO fixed-width values of 1-8 bytes with no nulls, as uint64 bits
-    (with the width), or None."""
-    if not 0 < len(head) <= _EXACT_UP_TO or head.null_count or _is_variable_width(head.type):
+@lru_cache(maxsize=64)
+def _value_widths(schema: pa.Schema) -> dict[str, int]:
+    """Column -> the bytes of its values when 1, 2, 4 or 8 and whole (0 otherwise: variable-width, bits, wider)."""
+    widths = {}
+    for field in schema:
+        try:
+            bits = 0 if _is_variable_width(field.type) else field.type.bit_width
+        except ValueError:  # no fixed width known to Arrow
+            bits = 0
+        widths[field.name] = bits // 8 if bits % 8 == 0 and bits // 8 in (1, 2, 4, 8) else 0
+    return widths
+
+
+def _small_fixed_width_bits(column: pa.ChunkedArray, width: int) -> np.ndarray | None:
+    """The values of a column of at most _EXACT_UP_TO values of ``width`` bytes (0: not such a column) with no
+    nulls, as unsigned integers of that width (a view of the column's buffer when it is one chunk), or None."""
+    if not width or not 0 < len(column) <= _EXACT_UP_TO or column.null_count:
         return None
-    try:
-        width = head.type.bit_width // 8
-    except ValueError:
-        return None
-    if width not in (1, 2, 4, 8) or head.type.bit_width % 8:
-        return None
-    array = head.combine_chunks()
-    bits = np.frombuffer(array.buffers()[1], dtype=f"<u{width}", count=len(array) + array.offset)[array.offset:]
-    return bits.astype(np.uint64), width
+    array = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    return np.frombuffer(array.buffers()[1], dtype=f"<u{width}", count=len(array) + array.offset)[array.offset:]
 
 
 def _pays(values: int, width: int, distinct: int) -> bool:
@@ -290,6 +339,7 @@ def _pays(values: int, width: int, distinct: int) -> bool:
     return distinct * width + index_bytes < values * width
 
 
+@lru_cache(maxsize=64)
 def _judged(schema: pa.Schema) -> frozenset[str]:
     """Top-level columns whose dictionary is decided from their values (flat, not boolean, not dictionary)."""
     return frozenset(

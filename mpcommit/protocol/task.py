@@ -64,7 +64,9 @@ class TaskAttempt:
         self._store = store or store_for(spec.s3)
         self._executor: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
-        self._open: list[MultipartWriter] = []
+        #: Writers not finished nor aborted, by key (keys are unique within an attempt): a file's finish takes out
+        #: its own, where it rebuilt the list of them all (issue 39: 0.56 s of a 1,250-file task's CPU, profiled).
+        self._open: dict[str, MultipartWriter] = {}
         self._uploads: list[PendingUpload] = []
         self._staged: list[StagedFile] = []
         #: The next cNNN per partition directory: Spark starts each directory of a task at c000.
@@ -135,11 +137,11 @@ class TaskAttempt:
     def _finished(self, pending: PendingUpload) -> None:
         with self._lock:
             self._uploads.append(pending)
-            self._open = [w for w in self._open if w.pending is None]
+            self._open.pop(pending.key, None)
 
     def _register(self, writer: MultipartWriter) -> None:
         with self._lock:
-            self._open.append(writer)
+            self._open[writer.key] = writer
 
     def _failed(self, writer: MultipartWriter, exc: BaseException) -> None:
         with self._lock:
@@ -149,7 +151,7 @@ class TaskAttempt:
     def drain(self) -> None:
         """Wait until every writer closing in the background is done; raise the first failure of any."""
         with self._lock:
-            closing = [w for w in self._open if w.closing]
+            closing = [w for w in self._open.values() if w.closing]
         for w in closing:
             w.done.exception()  # waits; a failure is recorded by _failed
         with self._lock:
@@ -159,7 +161,8 @@ class TaskAttempt:
 
     def _dropped(self, writer: MultipartWriter) -> None:
         with self._lock:
-            self._open = [w for w in self._open if w is not writer]
+            if self._open.get(writer.key) is writer:
+                del self._open[writer.key]
 
     def _check_writable(self) -> None:
         if self._failure is not None:
@@ -178,7 +181,7 @@ class TaskAttempt:
         faults.checkpoint("task.before_commit")
         self.drain()
         with self._lock:
-            still_open = [w.key for w in self._open]
+            still_open = list(self._open)
         if still_open:
             raise ProtocolError(
                 f"task {self.task_id} attempt {self.attempt} has writers still open ({still_open[:3]}...): "
@@ -196,7 +199,7 @@ class TaskAttempt:
             return
         self._aborted = True
         with self._lock:
-            writers, uploads, staged = list(self._open), list(self._uploads), list(self._staged)
+            writers, uploads, staged = list(self._open.values()), list(self._uploads), list(self._staged)
         for w in writers:
             w.abort()
         bucket = self.spec.destination.bucket

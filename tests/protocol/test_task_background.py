@@ -245,3 +245,26 @@ def test_file_numbers_count_per_partition_directory_as_sparks_do():
     names = [k.rsplit("/", 1)[-1].split("-", 2)[-1].split(".", 1)[1] for k in keys]
     assert names == ["c000.csv", "c000.csv", "c001.csv", "c000.csv", "c001.csv", "c000.csv"]
     assert len(set(keys)) == len(keys)
+
+
+def test_a_commit_names_the_writers_still_open_and_no_finished_or_aborted_one():
+    """What the attempt tracks as open: a writer from its creation until it finished (its upload recorded) or was
+    aborted -- each taken out by its own finish, however many files the attempt wrote before."""
+    from mpcommit.errors import ProtocolError
+
+    with spec().task(0, store=SlowStore(delay=0)) as task:
+        write_files(task, 30, 1000, background=True)
+        dropped = task.create("p=dropped", "bin", background=True)
+        dropped.write(b"x")
+        dropped.abort()
+        left = task.create("p=left", "bin", background=False)
+        left.write(b"y")
+        task.drain()
+        with pytest.raises(ProtocolError, match="writers still open") as raised:
+            task.commit()
+        assert "p=left/" in str(raised.value) and "p=dropped" not in str(raised.value)
+        assert "p=0000" not in str(raised.value)
+        left.rows = 1
+        left.close()
+        result = task.commit()
+    assert result.files == 31 and "p=dropped" not in result.partitions
