@@ -52,9 +52,10 @@ class Exchange:
     """One request on its way: waiting for a connection, sent, or answered."""
 
     __slots__ = ("request", "url", "done", "chunks", "deadline", "connection", "sent", "timed_out", "parse",
-                 "headers")
+                 "headers", "reads_headers")
 
-    def __init__(self, request: Any, url: str, done: Done, deadline: float, parse: Parse):
+    def __init__(self, request: Any, url: str, done: Done, deadline: float, parse: Parse, *,
+                 reads_headers: bool = True):
         self.request = request
         self.url = url
         self.done = done
@@ -65,6 +66,9 @@ class Exchange:
         self.timed_out = False
         self.parse = parse
         self.headers: dict[str, str] = {}
+        #: Whether ``parse`` reads the answer's headers: a complete's answer is all in its body, and the headers'
+        #: callback is Python run on the event loop's thread, under the interpreter lock, for every answer.
+        self.reads_headers = reads_headers
 
     def on_response(self, http_stream: Any, status_code: int, headers: Any, **_: Any) -> None:
         self.headers = {name.lower(): value for name, value in headers}
@@ -229,7 +233,8 @@ class HostConnections:
         exchange.sent = True
         exchange.deadline = time.monotonic() + self._transport.read_timeout
         try:
-            stream = connection.request(exchange.request, on_response=exchange.on_response, on_body=exchange.on_body)
+            stream = connection.request(exchange.request, on_body=exchange.on_body,
+                                        on_response=exchange.on_response if exchange.reads_headers else None)
             stream.activate()
         except (AwsCrtError, RuntimeError, OSError) as exc:
             # How the binding refuses a stream on a connection that closed since it was taken: a dropped
