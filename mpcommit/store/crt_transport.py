@@ -156,13 +156,14 @@ class CrtCompleter:
         # BytesIO's own C reader; a large one (a part) from the caller's buffer, each read pushing its deadline on.
         # RequestBody's reads are Python, called from the event loop under the interpreter lock: for the
         # completes' few hundred bytes that cost the commit ~10% of its CPU (issue 37's 10,000-file bench).
-        stream: Any = RequestBody(body, self.read_timeout) if len(body) > SMALL_BODY_BYTES else io.BytesIO(bytes(body))
+        large = len(body) > SMALL_BODY_BYTES
+        stream: Any = RequestBody(body, self.read_timeout) if large else io.BytesIO(bytes(body))
         payload = UNSIGNED_PAYLOAD if checksummed and base.startswith("https") else None
         request = self.signed_request(base_path + tail, host.host_header, body, method=method, payload=payload,
                                       headers=self._headers if headers is None else headers, stream=stream)
         exchange = Exchange(request, base + tail, done, time.monotonic() + self._connect_wait, parse,
                             reads_headers=reads_headers)
-        if isinstance(stream, RequestBody):
+        if large:  # (not isinstance: RequestBody is an io ABC, and this runs once a request)
             stream.exchange = exchange
         if self._closed.is_set():
             done(None, ConnectionClosedError(endpoint_url=exchange.url, error=RuntimeError("the completer is closed")))

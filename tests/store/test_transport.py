@@ -119,6 +119,8 @@ class _Answers(http.server.BaseHTTPRequestHandler):
     open_connections = 0
     most_connections = 0
     lock = threading.Lock()
+    #: Completes of keys starting "held" are answered once this is set (at most 30 s).
+    release = threading.Event()
 
     def setup(self) -> None:
         super().setup()
@@ -199,6 +201,8 @@ class _Answers(http.server.BaseHTTPRequestHandler):
         else:
             if key.startswith("slow"):
                 time.sleep(0.1)
+            elif key.startswith("held"):
+                self.release.wait(30)
             etag = b'"%s-2"' % hashlib.md5(body).hexdigest().encode()
             self._send(200, b"<CompleteMultipartUploadResult><ETag>%s</ETag></CompleteMultipartUploadResult>"
                        % etag.replace(b'"', b"&quot;"), close=key.startswith("close"))
@@ -416,7 +420,7 @@ def test_a_started_complete_reports_one_attempt_as_a_store_error(answers, key):
 
 def test_many_completes_in_flight_from_one_thread_within_the_connection_bound(answers):
     """Started completes need no thread each: 40 in flight from this thread, on at most max_completes_in_flight
-    connections (the rest wait for one), each answered once."""
+    connections (the rest wait for one), each answered once -- all started before the server answers any."""
     baseline = _Answers.most_connections = _Answers.open_connections
     store = _answers_store("crt", answers, max_completes_in_flight=4)
 
@@ -435,11 +439,14 @@ def test_many_completes_in_flight_from_one_thread_within_the_connection_bound(an
             if len(answered) == 40:
                 all_done.set()
 
-    started = time.monotonic()
-    for i in range(40):
-        store.start_complete("b", f"t/slow-{i}", "u", PARTS, done)
-    assert time.monotonic() - started < 1.0  # starting did not wait for the 0.1 s answers
-    assert all_done.wait(10)
+    _Answers.release.clear()  # no answer until every complete has been started
+    try:
+        for i in range(40):
+            store.start_complete("b", f"t/held-{i}", "u", PARTS, done)
+        assert answered == []  # starting waited for no answer (a start that waited would see them after 30 s)
+    finally:
+        _Answers.release.set()
+    assert all_done.wait(30)
     assert client_threads() <= threads_before + 1  # the watchdog; the CRT's event loop is not Python's
     assert _Answers.most_connections - baseline <= 4
     store.close()
