@@ -93,8 +93,10 @@ def mpcommit_layout(fmt: str, backend: Any, bucket: str, prefix: str) -> dict[st
     return layout(fmt, found)
 
 
-#: Cases CI runs: each format once, partitioned or not (text unpartitioned); the long tier runs the other four.
-IN_CI = {("parquet", True), ("csv", True), ("json", True), ("text", False)}
+#: Cases CI runs: Parquet partitioned and text unpartitioned (the two ends: Arrow's writer with every hostile
+#: folder name, and mpcommit's own line encoder); the long tier runs the other six. CI keeps CSV's bytes against
+#: Spark's writer (test_csv_spark.py) and JSON through the data source, read back (test_datasource.py).
+IN_CI = {("parquet", True), ("text", False)}
 
 
 @pytest.mark.parametrize("fmt,partitioned", [
