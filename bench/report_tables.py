@@ -1020,6 +1020,31 @@ def _executor_rows(results: Path, head: str) -> list[list[str]]:
     def text(items: list[tuple[int, Summary]]) -> str:
         return "; ".join(f"{fmt_ratio(s, bold=False)} at {f:,} files" for f, s in items if s.median is not None) or "–"
 
+    mine = [r for r in latency if r["variant"] == "mpcommit"]
+    if mine and not judged(mine):
+        # Measured, but every mpcommit run failed the validity gate: no verdict, and the figures of all runs shown
+        # as what they are (unjudged), so that an invalid cell is never read as "not measured".
+        gates = [r.get("gate") or {} for r in mine]
+        why = (f"every one of mpcommit's {len(mine)} runs failed the validity gate (the server set the pace: "
+               f"{_num(median(g.get('complete_ms') for g in gates), 0)} ms a complete at the proxy against the "
+               f"model's {_num(median(g.get('drawn_ms') for g in gates), 0)}, "
+               f"{_num(median(100 * g['late_share'] for g in gates if g.get('late_share') is not None), 0)}% "
+               "of answers late)")
+
+        def unjudged(value: Callable[[Run], float | None], den: str) -> str:
+            return "; ".join(f"{fmt_ratio(paired_ratio([r for r in latency if r.get('files_target') == f], 'mpcommit', den, value), bold=False)} at {f:,} files"
+                             for f in cells)
+
+        return [
+            [labels[0], f"{why}; all runs, unjudged: {unjudged(lambda r: r['seconds'], EXECUTOR_BASE)}" + note,
+             "not shown (runs invalid)"],
+            [labels[1], f"all runs, unjudged: {unjudged(lambda r: r.get('job_commit_s'), EXECUTOR_BASE)}" + note,
+             "not shown (runs invalid)"],
+            [labels[2], f"all runs, unjudged: {unjudged(lambda r: r.get('cpu_s'), EXECUTOR_BASE)}; against the "
+             f"local-disk writer: {unjudged(lambda r: r.get('cpu_s'), 'local-disk')}" + note, "not shown (runs invalid)"],
+            [labels[3], ("one cell of files only" if len(cells) < 2 else "–") + note, "not measured"],
+        ]
+
     e2e, e2e_128 = cellwise(lambda r: r["seconds"], EXECUTOR_BASE), cellwise(lambda r: r["seconds"], "magic-tuned-128")
     commit = cellwise(lambda r: r.get("job_commit_s"), EXECUTOR_BASE)
     cpu, cpu_local = cellwise(lambda r: r.get("cpu_s"), EXECUTOR_BASE), cellwise(lambda r: r.get("cpu_s"), "local-disk")

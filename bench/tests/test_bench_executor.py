@@ -72,6 +72,21 @@ def test_the_targets_table_is_computed_from_the_records(tmp_path: Path):
     assert "not measured" in other  # no peers records in this directory
 
 
+def test_a_cell_whose_mpcommit_runs_all_failed_the_gate_is_measured_but_not_judged(tmp_path: Path):
+    lines = [{"kind": "session", "session": "e1", "started": "2026-11-28 00:00:00 UTC", "git": {"code": "abc"}}]
+    runs = [r for r in _executor_runs() if r["files_target"] == 1000]
+    for r in runs:
+        if r["variant"] == "mpcommit":
+            r["valid"] = False
+            r["gate"] = {"complete_ms": 117, "drawn_ms": 80, "late_share": 0.19}
+    (tmp_path / "executor.jsonl").write_text("\n".join(json.dumps(r) for r in lines + runs) + "\n")
+    text = "\n".join(render_targets(tmp_path, head="abc"))
+    row = next(line for line in text.splitlines() if line.startswith("| end to end <= 0.33x the tuned magic committer at 32"))
+    assert "every one of mpcommit's 3 runs failed the validity gate" in row and "117 ms" in row and "19%" in row
+    assert "all runs, unjudged: 0.50x" in row  # 5 s / 10 s at 1,000 files
+    assert row.endswith("| not shown (runs invalid) |") and "met" not in row
+
+
 def test_the_task_cpu_table_shows_before_after_per_extra_file():
     runs = []
     for pair in range(3):
