@@ -1144,13 +1144,18 @@ def _commit_rate_row(results: Path, head: str) -> list[str]:
 
 def _compaction_row(results: Path, head: str) -> list[str]:
     sessions, runs, code = _target_runs(results, "compaction", head)
-    runs = [r for r in _with_network(sessions, runs) if r["network"] == "s3" and (r.get("data_bytes") or 0) >= 2 * GiB]
+    # The model's own copy rate (8 MB/s, sourced): the plain profile, or the sensitivity step run at that rate (its
+    # network named "s3, copies at 8 MB/s, ..." by the profile, with the client host's link capped).
+    sourced = [r for r in _with_network(sessions, runs) if (r.get("data_bytes") or 0) >= 2 * GiB]
+    runs = [r for r in sourced if r["network"] == "s3"] or [
+        r for r in sourced if str(r["network"]).startswith("s3, copies at 8 MB/s")]
     label = ">= 3x faster than an equal-footing rewrite, >= 2 GiB with latency (issue 25)"
     if not runs:
         return [label, "–", "not measured"]
     speed = paired_ratio(runs, "rewrite-equal", "multipart", lambda r: r["seconds"])
     size = median(r.get("data_bytes") for r in runs)
-    return [label, f"{fmt_ratio(speed, bold=False)} at {fmt_bytes(size)}, the model's copy rate 8 MB/s"
+    capped = ", the client host's link capped at 10 Gb/s" if runs[0]["network"] != "s3" else ""
+    return [label, f"{fmt_ratio(speed, bold=False)} at {fmt_bytes(size)}, the model's copy rate 8 MB/s{capped}"
             + _code_note(code, head), _verdict([speed.median], lambda v: v >= 3)]
 
 
