@@ -395,3 +395,52 @@ def test_transient_failures_are_retried_after_a_backoff_without_holding_the_wind
         run_windowed(_Service(0.001, 100, fail={3: 5}).start, range(10), window=Window(2), retries=_retries(3))
     with pytest.raises(Exception, match="500"):  # no retries: the first failure stops the run
         run_windowed(_Service(0.001, 100, fail={3: 1}).start, range(10), window=Window(2))
+
+
+def test_the_pause_that_gathers_answers_is_a_twentieth_of_an_answer_bounded_and_none_for_fast_answers() -> None:
+    window = Window(32, ceiling=32, clock=_Clock())
+    assert window.gather_pause() == 0.0  # nothing judged yet: no pause
+    _round(window, 9.9)  # the warm-up round decides nothing
+    assert window.gather_pause() == 0.0
+    _round(window, 0.08)  # completes through the S3-like network: 80 ms
+    assert window.gather_pause() == pytest.approx(0.004)
+    slow = Window(32, clock=_Clock())
+    _round(slow, 9.9)
+    _round(slow, 0.5)
+    assert slow.gather_pause() == Window.GATHER_MAX  # never longer than this, however slow the answers
+    fast = Window(32, clock=_Clock())
+    _round(fast, 9.9)
+    _round(fast, 0.002)  # a local server: a pause would cost more than it gathers
+    assert fast.gather_pause() == 0.0
+
+
+class _RecordedSleeps:
+    """Stands in for the pool's ``time`` module: the real clock, with every sleep recorded."""
+
+    def __init__(self) -> None:
+        self.sleeps: list[float] = []
+        self.monotonic = time.monotonic
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        time.sleep(seconds)
+
+
+def test_slow_answers_are_gathered_after_a_wake_up_and_fast_ones_are_not(monkeypatch) -> None:
+    import mpcommit.pool as pool
+
+    recorded = _RecordedSleeps()
+    monkeypatch.setattr(pool, "time", recorded)
+    got: list[int] = []
+    service = _Service(latency=0.06, capacity=10_000)
+    window = Window(64)
+    assert run_windowed(service.start, range(640), window=window, on_result=lambda _item, result: got.append(result))
+    assert sorted(got) == list(range(640))
+    assert recorded.sleeps, "answers 60 ms apart from their start, 64 in flight: wake-ups should have gathered"
+    assert all(0 < s <= Window.GATHER_MAX for s in recorded.sleeps)
+    assert len(recorded.sleeps) < len(got)
+
+    recorded.sleeps.clear()
+    quick = _Service(latency=0.001, capacity=10_000)
+    assert run_windowed(quick.start, range(640), window=Window(64), on_result=lambda _item, _result: None)
+    assert recorded.sleeps == []
