@@ -30,6 +30,10 @@ DataFrame):
   (``bench_spark_peers.S3A_TUNING``) with ``fs.s3a.committer.threads`` 32 or 128 and connections to match
   (``fs.s3a.connection.maximum`` >= ``fs.s3a.threads.max`` + 2 x the committer's threads: 500 covers both);
 * ``magic``: the magic committer at Hadoop's defaults;
+* ``python-handover``: the same rows handed to a Python worker as Arrow batches (``mapInArrow``, what
+  ``mpcommit.spark.write`` runs its tasks in) and dropped there: nothing encoded, nothing written. Not a peer: the
+  CPU any writer that runs in a Spark Python worker pays before it writes a byte, to split mpcommit's CPU into
+  Spark's hand-over and mpcommit's own work;
 * ``local-disk``: Spark's own writer and FileOutputCommitter to the local disk (no store, no commit over a network:
   the floor of the writer).
 
@@ -64,13 +68,16 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 BUCKET = "bench-exec"
-VARIANTS = ("mpcommit", "magic-tuned-32", "magic-tuned-128", "magic", "local-disk")
+VARIANTS = ("mpcommit", "magic-tuned-32", "magic-tuned-128", "magic", "local-disk", "python-handover")
+#: Variants that write to no store (nothing to list or empty there).
+NO_STORE = ("local-disk", "python-handover")
 LABELS = {
     "mpcommit": "mpcommit.spark.write",
     "magic-tuned-32": "S3A magic, tuned, 32 committer threads",
     "magic-tuned-128": "S3A magic, tuned, 128 committer threads",
     "magic": "S3A magic, Hadoop's defaults",
     "local-disk": "Spark's writer to local disk (no store)",
+    "python-handover": "Spark's hand-over to a Python worker alone (mapInArrow, nothing written)",
 }
 #: (files, network) cells and the runs of each: the issue's plan, 5 interleaved pairs; the 1,000-file cell with
 #: latency runs with the floor and with the tail.
@@ -83,6 +90,14 @@ TASKS = 8
 GATE_COMPLETE_FACTOR = 1.10
 GATE_LATE_SHARE = 0.02
 CGROUP_ROOT = Path("/sys/fs/cgroup/cpuacct")
+
+
+def _drop_batches(batches: Any) -> Any:
+    """A Python worker's task that takes every Arrow batch Spark hands it and keeps only their row count."""
+    import pyarrow as pa
+
+    rows = sum(batch.num_rows for batch in batches)
+    yield pa.RecordBatch.from_pydict({"rows": [rows]}, schema=pa.schema([("rows", pa.int64())]))
 
 
 def bucket_of(variant: str) -> str:
@@ -254,7 +269,7 @@ def child(args: argparse.Namespace) -> int:
         sampled.start()
     direct = make_client(args.upstream)
     for v in variants:
-        if v != "local-disk":
+        if v not in NO_STORE:
             ensure_bucket(direct, bucket_of(v))
     records = RecordLog("executor", directory=args.records, command=args.command or None,
                         spark=spark.version, master=f"local[{args.slots}]", tasks=args.tasks, size=args.size,
@@ -276,6 +291,9 @@ def child(args: argparse.Namespace) -> int:
         elif variant == "local-disk":
             with session_settings(spark, variant_settings(variant)):
                 df.write.mode("overwrite").partitionBy("p").parquet(f"file://{work}/local/{prefix.rstrip('/')}")
+        elif variant == "python-handover":
+            rows = df.mapInArrow(_drop_batches, "rows long").collect()
+            info["rows_seen"] = sum(r["rows"] for r in rows)
         else:
             with session_settings(spark, variant_settings(variant)):
                 df.write.mode("overwrite").partitionBy("p").parquet(f"s3a://{bucket_of(variant)}/{prefix.rstrip('/')}")
@@ -301,6 +319,8 @@ def child(args: argparse.Namespace) -> int:
             one_write(v, warm, "warmup/")
             if v == "local-disk":
                 local_listing("warmup/")
+            elif v == "python-handover":
+                pass
             else:
                 empty_prefix(direct, bucket_of(v), "warmup/")
                 if v != "mpcommit":
@@ -330,6 +350,8 @@ def child(args: argparse.Namespace) -> int:
                     ev = elog.window()
                     if variant == "local-disk":
                         listing = local_listing(prefix)
+                    elif variant == "python-handover":
+                        listing = {"files": 0, "bytes": 0, "pending_uploads": 0}
                     else:
                         listing = _listing(direct, bucket_of(variant), prefix)
                         empty_prefix(direct, bucket_of(variant), prefix)

@@ -863,11 +863,12 @@ def render_code_versions(results: Path, head: str | None = None) -> list[str]:
 
 
 # ---------------------------------------------------------------- the executor-shaped peers (issue 39 item 1)
-EXECUTOR_ORDER = ("mpcommit", "magic-tuned-32", "magic-tuned-128", "magic", "local-disk")
+EXECUTOR_ORDER = ("mpcommit", "magic-tuned-32", "magic-tuned-128", "magic", "local-disk", "python-handover")
 EXECUTOR_LABELS = {
     "mpcommit": "mpcommit.spark.write", "magic-tuned-32": "S3A magic, tuned, 32 threads",
     "magic-tuned-128": "S3A magic, tuned, 128 threads", "magic": "S3A magic, Hadoop's defaults",
     "local-disk": "Spark's writer to local disk",
+    "python-handover": "Spark's hand-over to a Python worker alone (nothing written; not a peer)",
 }
 EXECUTOR_BASE = "magic-tuned-32"
 
@@ -880,15 +881,16 @@ def judged(runs: Sequence[Run]) -> list[Run]:
 def per_extra_file(runs: Sequence[Run], variant: str, value: Callable[[Run], float | None] = lambda r: r.get("cpu_s"),
                    ) -> list[tuple[tuple[Any, Any], float]]:
     """(session, pair) -> ``value`` per extra file between the smallest and the largest cell of one variant in one
-    round and network (both runs judged valid), in milliseconds."""
+    round of one session (both runs judged valid), in milliseconds. Sizes are a session's own: two sessions that
+    ran different cells (200 and 2,000 files; 1,000 and 10,000) each give their rounds."""
     out = []
     by = {(r.get("session"), r.get("pair"), r.get("files_target")): r for r in judged(runs) if r["variant"] == variant}
-    sizes = sorted({k[2] for k in by})
-    if len(sizes) < 2:
-        return []
-    small, large = sizes[0], sizes[-1]
+    sizes: dict[Any, set[int]] = {}
+    for session, _pair, files in by:
+        sizes.setdefault(session, set()).add(files)
     for (session, pair, files), r in by.items():
-        if files != large or (session, pair, small) not in by:
+        small, large = min(sizes[session]), max(sizes[session])
+        if small == large or files != large or (session, pair, small) not in by:
             continue
         s_run = by[(session, pair, small)]
         a, b = value(r), value(s_run)
@@ -896,6 +898,20 @@ def per_extra_file(runs: Sequence[Run], variant: str, value: Callable[[Run], flo
         if a is not None and b is not None and extra > 0:
             out.append(((session, pair), (a - b) / extra * 1000))
     return out
+
+
+def _extra_file_cells(runs: Sequence[Run]) -> dict[tuple[str, int, int], list[Run]]:
+    """(network, smallest, largest cell of files) -> the runs of the sessions that ran both, for every session that
+    ran two sizes or more in one network."""
+    sizes: dict[tuple[Any, Any], set[int]] = {}
+    for r in runs:
+        sizes.setdefault((r.get("session"), r.get("network")), set()).add(r.get("files_target"))
+    out: dict[tuple[str, int, int], list[Run]] = {}
+    for r in runs:
+        found = sizes[(r.get("session"), r.get("network"))]
+        if len(found) >= 2:
+            out.setdefault((str(r.get("network")), min(found), max(found)), []).append(r)
+    return dict(sorted(out.items(), key=lambda kv: kv[0]))
 
 
 def per_file_ratio(runs: Sequence[Run], num: str, den: str) -> Summary:
@@ -941,17 +957,14 @@ def render_executor(sessions: Sessions, runs: Sequence[Run]) -> list[str]:
             out += ["", "Runs the validity gate failed (not in the figures above): " + "; ".join(
                 f"{r['variant']} round {r.get('pair')}: {(r.get('gate') or {}).get('why')}" for r in invalid)]
         out += ["", sessions_line(sessions, rs)]
-    for network, rs in sorted(_group(runs, "network").items(), key=lambda kv: str(kv[0][0])):
-        if len({r.get("files_target") for r in rs}) < 2:
-            continue
-        sizes = sorted({r.get("files_target") for r in rs})
+    for (network, small, large), rs in _extra_file_cells(runs).items():
         rows = []
         for v in [v for v in EXECUTOR_ORDER if any(r["variant"] == v for r in rs)]:
             per = Summary.of(x for _, x in per_extra_file(rs, v))
             rows.append([EXECUTOR_LABELS.get(v, v), fmt_figure(per, lambda x: "–" if x is None else f"{x:.2f} ms"),
                          fmt_ratio(per_file_ratio(rs, v, EXECUTOR_BASE), bold=False) if v != EXECUTOR_BASE else "1.00x"])
-        out += ["", f"**Client CPU per extra file, {sizes[0]:,} -> {sizes[-1]:,} files, "
-                f"{NETWORK_LABELS.get(network[0], network[0])}** (each round's two runs of a variant)", ""]
+        out += ["", f"**Client CPU per extra file, {small:,} -> {large:,} files, "
+                f"{NETWORK_LABELS.get(network, network)}** (each round's two runs of a variant)", ""]
         out += md_table(["variant", "CPU per extra file", f"÷ {EXECUTOR_LABELS[EXECUTOR_BASE]}"], rows)
     return out or ["", "_No records yet: `python -m bench.bench_executor` (the full run's `executor` step)._"]
 
@@ -1000,9 +1013,69 @@ def render_task_cpu(sessions: Sessions, runs: Sequence[Run]) -> list[str]:
 
 
 def _executor_rows(results: Path, head: str) -> list[list[str]]:
-    sessions, runs, code = _target_runs(results, "executor", head)
+    """Issue 39's executor targets. End to end and job commit are judged with latency (the ``s3`` cells); client
+    CPU on the raw network where it was measured (no waits for the model's latency; the same work), else with
+    latency. Each from the newest code that has such runs (the head's first), named when it is older."""
+    sessions, runs = load([results / "executor.jsonl"])
+    latency, code = _newest_with(sessions, runs, head, lambda r: r.get("network") == "s3")
+    rows = _executor_latency_rows(latency, code, head)
+    raw, raw_code = _newest_with(sessions, runs, head, lambda r: r.get("network") == "raw")
+    if {"mpcommit", EXECUTOR_BASE} <= {r["variant"] for r in raw}:
+        rows[2], rows[3] = _executor_cpu_rows(raw, raw_code, head, rows[2], rows[3])
+    return rows
+
+
+def _newest_with(sessions: Sessions, runs: Sequence[Run], head: str, keep: Callable[[Run], bool],
+                 ) -> tuple[list[Run], str | None]:
+    """The runs ``keep`` takes of the head's code when it has any, else of the newest code that has."""
+    by_code = runs_by_code(sessions, runs)
+    for code in ([head] if head in by_code else []) + list(reversed(by_code)):
+        kept = [r for r in by_code[code] if keep(r)]
+        if kept:
+            return kept, code
+    return [], None
+
+
+def _executor_cpu_rows(raw: Sequence[Run], code: str | None, head: str, total_row: list[str], per_row: list[str],
+                       ) -> tuple[list[str], list[str]]:
+    """The client CPU targets from the raw cells: the total at 1,000 and 10,000 files against the tuned magic
+    committer (and the local-disk writer where it ran), and CPU per extra file between each session's smallest and
+    largest cell. The latency cells' figures follow, as they were."""
     note = _code_note(code, head)
-    latency = [r for r in runs if r.get("network") == "s3"]
+    cells = sorted({r.get("files_target") for r in raw})
+
+    def ratio(files: int, den: str) -> Summary:
+        return paired_ratio(judged([r for r in raw if r.get("files_target") == files]), "mpcommit", den,
+                            lambda r: r.get("cpu_s"))
+
+    shown = []
+    for files in cells:
+        base, local = ratio(files, EXECUTOR_BASE), ratio(files, "local-disk")
+        if base.median is not None:
+            shown.append(f"{fmt_ratio(base, bold=False)} at {files:,} files"
+                         + (f" ({fmt_ratio(local, bold=False)} of the local-disk writer's)" if local.median else ""))
+    judged_at = {files: ratio(files, EXECUTOR_BASE).median for files in (1_000, 10_000)}
+    local_at = [ratio(files, "local-disk").median for files in (1_000, 10_000)]
+    if any(v is not None and v > 0.5 for v in judged_at.values()) or any(v is not None and v > 1.0 for v in local_at):
+        total_verdict = "**missed**"
+    elif all(v is not None for v in judged_at.values()):
+        total_verdict = "met" if all(v is not None for v in local_at) else "met against the magic committer; " \
+            "the local-disk writer not run at 1,000 and 10,000 files"
+    else:
+        total_verdict = "not measured at " + " and ".join(f"{f:,}" for f, v in judged_at.items() if v is None) + " files"
+    total = [total_row[0], "raw network: " + ("; ".join(shown) or "–") + note + "; with latency: " + total_row[1],
+             total_verdict]
+    pers = [(small, large, per_file_ratio(rs, "mpcommit", EXECUTOR_BASE))
+            for (_network, small, large), rs in _extra_file_cells(raw).items()]
+    pers = [(small, large, p) for small, large, p in pers if p.median is not None]
+    per = [per_row[0], "raw network: " + ("; ".join(f"{fmt_ratio(p, bold=False)} from {small:,} to {large:,} files"
+                                                     for small, large, p in pers) or "–") + note,
+           _verdict([p.median for _, _, p in pers], lambda v: v <= 0.6)]
+    return total, per
+
+
+def _executor_latency_rows(latency: Sequence[Run], code: str | None, head: str) -> list[list[str]]:
+    note = _code_note(code, head)
     cells = sorted({r.get("files_target") for r in latency})
     labels = ("end to end <= 0.33x the tuned magic committer at 32 threads (stated at 128), executor-shaped, with "
               "latency, 1,000 and 10,000 files (issue 39)",

@@ -115,3 +115,34 @@ def test_the_compaction_sensitivity_is_judged_at_the_sourced_copy_rate():
     fifty = next(line for line in text.splitlines() if line.startswith("| 50 MB/s (assumed)"))
     assert "10 Gb/s" in eight and "**2.00x**" in eight and eight.endswith("| **missed** |")
     assert "**5.00x**" in fifty and fifty.endswith("| would be met |")
+
+
+def test_the_cpu_targets_read_the_raw_cells_each_session_its_own_sizes(tmp_path: Path):
+    """Client CPU is judged on the raw network where it ran: per extra file within each session (200 -> 2,000 in
+    one, 1,000 -> 10,000 in another), the total at 1,000 and 10,000 files; the latency cells' figures follow."""
+    lines = [{"kind": "session", "session": s, "started": f"2026-11-29 0{i}:00:00 UTC", "git": {"code": "abc"}}
+             for i, s in enumerate(("e1", "r1", "r2"))]
+    runs = [r for r in _executor_runs() if r["files_target"] == 1000]  # with latency, one cell
+    cpu = {"r1": {"mpcommit": (9.0, 14.4), "magic-tuned-32": (11.0, 20.0)},  # 3 ms and 5 ms per extra file
+           "r2": {"mpcommit": (12.0, 39.0), "magic-tuned-32": (30.0, 120.0)}}  # 3 ms and 10 ms
+    sizes = {"r1": (200, 2000), "r2": (1000, 10000)}
+    for session, variants in cpu.items():
+        for pair in range(3):
+            for variant, values in variants.items():
+                for files, c in zip(sizes[session], values):
+                    runs.append({"kind": "run", "session": session, "variant": variant, "files_target": files,
+                                 "files": files, "network": "raw", "pair": pair, "seconds": c, "cpu_s": c,
+                                 "job_commit_s": 1.0, "valid": None})
+    (tmp_path / "executor.jsonl").write_text("\n".join(json.dumps(r) for r in lines + runs) + "\n")
+    text = "\n".join(render_targets(tmp_path, head="abc"))
+    per = next(line for line in text.splitlines() if line.startswith("| client CPU per extra file"))
+    assert "raw network: 0.60x (" in per and "from 200 to 2,000 files; 0.30x (" in per
+    assert per.index("0.30x") < per.index("from 1,000 to 10,000 files")
+    assert per.endswith("| met |")
+    total = next(line for line in text.splitlines() if line.startswith("| client CPU <= 0.5x"))
+    for figure, files in (("0.82x", "200"), ("0.40x", "1,000"), ("0.33x", "10,000")):
+        assert f"{figure} (" in total and f"at {files} files" in total
+    assert total.index("raw network:") < total.index("; with latency: 0.52x")  # (10 + pair) / (20 + pair)
+    assert "met against the magic committer" in total  # no local-disk runs at 1,000 and 10,000
+    table = "\n".join(render_executor({}, runs))
+    assert "Client CPU per extra file, 200 -> 2,000 files" in table and "1,000 -> 10,000 files" in table
