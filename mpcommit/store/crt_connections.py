@@ -25,6 +25,7 @@ from awscrt import http as crt_http
 from awscrt.exceptions import AwsCrtError
 from botocore.exceptions import ConnectionClosedError, ConnectTimeoutError, EndpointConnectionError, SSLError
 
+from .crt_nodelay import no_delay
 from .transport import Done
 
 
@@ -52,10 +53,10 @@ class Exchange:
     """One request on its way: waiting for a connection, sent, or answered."""
 
     __slots__ = ("request", "url", "done", "chunks", "deadline", "connection", "sent", "timed_out", "parse",
-                 "headers", "reads_headers")
+                 "headers", "reads_headers", "split")
 
     def __init__(self, request: Any, url: str, done: Done, deadline: float, parse: Parse, *,
-                 reads_headers: bool = True):
+                 reads_headers: bool = True, split: bool = False):
         self.request = request
         self.url = url
         self.done = done
@@ -69,6 +70,9 @@ class Exchange:
         #: Whether ``parse`` reads the answer's headers: a complete's answer is all in its body, and the headers'
         #: callback is Python run on the event loop's thread, under the interpreter lock, for every answer.
         self.reads_headers = reads_headers
+        #: Whether the request goes out in more than one write (a body beyond the head's first message): its
+        #: connection needs TCP_NODELAY first (:mod:`.crt_nodelay`).
+        self.split = split
 
     def on_response(self, http_stream: Any, status_code: int, headers: Any, **_: Any) -> None:
         self.headers = {name.lower(): value for name, value in headers}
@@ -144,6 +148,7 @@ class HostConnections:
         self._waiting: collections.deque[Exchange] = collections.deque()
         self._open = 0  # connections open or being opened
         self._all: set[Any] = set()  # every open connection, to close them all on close()
+        self._no_delay: set[int] = set()  # the open connections (by id) with TCP_NODELAY set
 
     def submit(self, exchange: Exchange) -> None:
         with self._lock:
@@ -168,6 +173,7 @@ class HostConnections:
         """Under the lock: a connection that will carry nothing more frees its place."""
         self._open -= 1
         self._all.discard(connection)
+        self._no_delay.discard(id(connection))
 
     def release(self, connection: Any | None, *, reusable: bool) -> None:
         """A connection is free again (None: one that failed to open, its place already given back): it carries
@@ -229,6 +235,10 @@ class HostConnections:
         self._send(exchange, connection)
 
     def _send(self, exchange: Exchange, connection: Any) -> None:
+        if exchange.split and id(connection) not in self._no_delay:
+            no_delay(self.port)  # this connection's socket and any other new one to the host
+            with self._lock:
+                self._no_delay.add(id(connection))
         exchange.connection = connection
         exchange.sent = True
         exchange.deadline = time.monotonic() + self._transport.read_timeout

@@ -52,6 +52,9 @@ log = logging.getLogger(__name__)
 
 #: Bodies up to this size go to the CRT as a BytesIO (read in C); larger ones as a RequestBody (see _start).
 SMALL_BODY_BYTES = 64 * 1024
+#: A body up to this size goes out in the same write as the request's head (the CRT writes messages of 16 KiB);
+#: a larger one needs its connection without Nagle's delay (crt_nodelay).
+ONE_WRITE_BODY_BYTES = 8 * 1024
 _GONE = object()
 
 
@@ -162,7 +165,7 @@ class CrtCompleter:
         request = self.signed_request(base_path + tail, host.host_header, body, method=method, payload=payload,
                                       headers=self._headers if headers is None else headers, stream=stream)
         exchange = Exchange(request, base + tail, done, time.monotonic() + self._connect_wait, parse,
-                            reads_headers=reads_headers)
+                            reads_headers=reads_headers, split=len(body) > ONE_WRITE_BODY_BYTES)
         if large:  # (not isinstance: RequestBody is an io ABC, and this runs once a request)
             stream.exchange = exchange
         if self._closed.is_set():
