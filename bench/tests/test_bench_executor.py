@@ -146,3 +146,21 @@ def test_the_cpu_targets_read_the_raw_cells_each_session_its_own_sizes(tmp_path:
     assert "met against the magic committer" in total  # no local-disk runs at 1,000 and 10,000
     table = "\n".join(render_executor({}, runs))
     assert "Client CPU per extra file, 200 -> 2,000 files" in table and "1,000 -> 10,000 files" in table
+
+
+def test_the_compaction_target_reads_the_newest_code_that_ran_the_sourced_rate(tmp_path: Path):
+    """A newer code's runs at an assumed rate alone (50 MB/s) do not hide the older code's sourced-rate runs."""
+    lines = []
+    for sid, code, rate, merge, started in (("c8", "old", 8e6, 10.0, "2026-11-29 04:00:00 UTC"),
+                                            ("c50", "new", 50e6, 4.0, "2026-11-29 08:00:00 UTC")):
+        lines.append({"kind": "session", "session": sid, "started": started, "git": {"code": code},
+                      "network": "s3", "profile": {"name": f"s3, copies at {rate / 1e6:.0f} MB/s, host link 10 Gb/s",
+                                                   "copy_rate": rate, "host_bandwidth": 1.25e9}})
+        for pair in range(3):
+            lines += [{"kind": "run", "session": sid, "pair": pair, "variant": v, "dataset": "d", "seconds": s,
+                       "data_bytes": 3 << 30} for v, s in (("multipart", merge), ("rewrite-equal", 20.0))]
+    (tmp_path / "compaction.jsonl").write_text("\n".join(json.dumps(r) for r in lines) + "\n")
+    row = next(line for line in "\n".join(render_targets(tmp_path, head="new")).splitlines()
+               if line.startswith("| >= 3x faster than an equal-footing rewrite"))
+    assert "2.00x" in row and "copy rate 8 MB/s" in row and "(at older code old)" in row
+    assert row.endswith("| **missed** |")
