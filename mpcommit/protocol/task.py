@@ -22,7 +22,7 @@ from ..store.s3 import S3Store, store_for
 from . import faults
 from .layout import Destination, JobPaths, data_file_name, normalize_partition
 from .records.manifest import INLINE_MAX_PARTS, PendingUpload, StagedFile, TaskManifest, TaskResult, merge_rows
-from .writer import ByteBudget, MultipartWriter
+from .writer import ByteBudget, MultipartWriter, wait_pumping
 
 log = logging.getLogger(__name__)
 
@@ -96,10 +96,10 @@ class TaskAttempt:
                background: bool = False) -> MultipartWriter:
         """Open a streaming writer for a new file in ``partition`` (a ``col=value/...`` path, a mapping or pairs).
 
-        With ``background=True`` no round trip waits on the caller: the upload is created by the upload pool
-        while the first part fills, and ``close()`` returns once the last part is on its way (at most
-        ``WriterSettings.closing_bytes`` held by such closing files, all together); :meth:`commit` waits for
-        them. A file that fails in the background fails the next ``create`` and the commit. Either way the
+        With ``background=True`` no round trip waits on the caller: the upload is created while the first part
+        fills (a small file's with its only part, sent at close), and ``close()`` returns once the last part is on
+        its way (at most ``WriterSettings.closing_bytes`` held by such closing files, all together); :meth:`commit`
+        waits for them. A file that fails in the background fails the next ``create`` and the commit. Either way the
         writer is registered for this attempt's abort before its upload exists.
         """
         self._check_writable()
@@ -153,7 +153,8 @@ class TaskAttempt:
         with self._lock:
             closing = [w for w in self._open.values() if w.closing]
         for w in closing:
-            w.done.exception()  # waits; a failure is recorded by _failed
+            wait_pumping(self._store, w.done)  # a small file's answers are read only by a thread that pumps
+            w.done.exception()  # a failure is recorded by _failed
         with self._lock:
             failure = self._failure
         if failure is not None:

@@ -11,8 +11,12 @@ are (no copy) and reused once their part is uploaded, so a writer never holds mo
 
 A writer opened with ``background=True`` (what a task's sorted partition path uses, see
 :meth:`mpcommit.protocol.task.TaskAttempt.create`) keeps no round trip on its caller's thread: the upload is
-created by the upload pool while the first part fills, and :meth:`close` sends the last part and returns at once;
-the writer finishes (hands its :class:`PendingUpload` to ``on_finish``) when its last part is uploaded. What such
+created by the upload pool while the first part fills, once the file holds ``EARLY_CREATE_BYTES``, and
+:meth:`close` sends the last part and returns at once. A smaller file goes out whole at its close: on a store that
+sends without waiting (the CRT transport's polled sockets), its create is sent from the caller's thread and its
+only part from the create's answer, both answers read where the caller pumps the store -- at its next close, and
+wherever it would wait (a first attempt that fails goes on through the pool); else both in one work item of the
+pool. The writer finishes (hands its :class:`PendingUpload` to ``on_finish``) when its last part is uploaded. What such
 closing writers still hold is bounded by a :class:`ByteBudget` shared by the task (``close`` waits for room).
 """
 
@@ -22,10 +26,10 @@ import io
 import logging
 import threading
 from collections.abc import Callable
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor, wait
 from typing import Any
 
-from ..errors import ProtocolError, UsageError
+from ..errors import ChecksumMismatchError, ProtocolError, UsageError
 from ..options import WriterSettings
 from ..sizing import MAX_OBJECT_SIZE, MAX_PARTS, crc32_b64, part_size_for
 from ..store.s3 import S3Store
@@ -37,6 +41,21 @@ log = logging.getLogger(__name__)
 #: What a file closing in the background counts against its task's ``closing_bytes`` at the least: with the
 #: default 32 MiB, at most 128 files close at once however small they are.
 CLOSING_FILE_MIN_BYTES = 256 * 1024
+#: A background writer's upload is created on its own, ahead of the first part, once the file holds this much:
+#: a file that big is likely still filling, and its create's round trip then hides behind the filling. A smaller
+#: file's upload is created at its close, with its only part (:meth:`MultipartWriter._send_unwaited`).
+EARLY_CREATE_BYTES = 1024 * 1024
+#: How long one wait for an answer read on this thread lasts before whatever else may have ended is looked at.
+_PUMP_SECONDS = 0.01
+
+
+def wait_pumping(store: Any, future: Future[Any]) -> None:
+    """Wait for ``future``, pumping ``store``'s requests started without waiting meanwhile: their answers are read
+    only by a thread that pumps, and the waiting one may be the only thread that would (the task's)."""
+    pump = getattr(store, "pump", None)
+    while not future.done():
+        if pump is None or not pump(_PUMP_SECONDS):
+            wait([future], timeout=_PUMP_SECONDS)
 
 
 class ByteBudget:
@@ -55,14 +74,23 @@ class ByteBudget:
         self.peak = 0
         self._cond = threading.Condition()
 
-    def acquire(self, n: int) -> int:
+    def acquire(self, n: int, *, pump: Callable[[float], int] | None = None) -> int:
+        """``pump``: advances the requests whose answers release bytes and that only a pumping thread reads
+        (:meth:`mpcommit.store.s3.S3Store.pump`); called while waiting, with no lock held."""
         n = max(1, min(n, self.capacity))
-        with self._cond:
-            while self._held + n > self.capacity:
-                self._cond.wait()
-            self._held += n
-            self.peak = max(self.peak, self._held)
-        return n
+        while True:
+            with self._cond:
+                if self._held + n <= self.capacity:
+                    self._held += n
+                    self.peak = max(self.peak, self._held)
+                    return n
+                if pump is None:
+                    self._cond.wait()
+                    continue
+            if not pump(_PUMP_SECONDS):
+                with self._cond:  # nothing polled in flight: bytes come back from the pool's threads
+                    if self._held + n > self.capacity:
+                        self._cond.wait(_PUMP_SECONDS)
 
     def release(self, n: int) -> None:
         with self._cond:
@@ -73,6 +101,14 @@ class ByteBudget:
     def held(self) -> int:
         with self._cond:
             return self._held
+
+
+def _hand_on(source: "Future[Part]", target: "Future[Part]") -> None:
+    error = source.exception() if not source.cancelled() else ProtocolError("a part's upload was cancelled")
+    if error is not None:
+        target.set_exception(error)
+    else:
+        target.set_result(source.result())
 
 
 class MultipartWriter(io.BufferedIOBase):
@@ -144,9 +180,9 @@ class MultipartWriter(io.BufferedIOBase):
                 self.abort()
                 raise
             return
-        # Background: the upload pool creates the upload while the first part fills. Whoever needs it first
-        # (this task or the first part's) creates it under ``_create_lock``; an abort taken before that stops it.
-        self._create_future = self._executor.submit(self._ensure_created)
+        # Background: the upload is created ahead of the first part once the file holds EARLY_CREATE_BYTES
+        # (write), else with the first part (_start_part). Whoever creates it does so under ``_create_lock``; an
+        # abort taken before that stops it.
 
     # ------------------------------------------------------------ the upload itself
     def _ensure_created(self) -> str:
@@ -196,6 +232,9 @@ class MultipartWriter(io.BufferedIOBase):
             view = view[take:]
             if self._fill >= size:
                 self._send_buffer()
+        if self._background and self._create_future is None and not self._part_number \
+                and self._fill >= EARLY_CREATE_BYTES:
+            self._create_future = self._executor.submit(self._ensure_created)
         return written
 
     def _current_part_size(self) -> int:
@@ -220,7 +259,7 @@ class MultipartWriter(io.BufferedIOBase):
             self._size += self._fill
             self._buffer = bytearray() if last else self._take_buffer(self._current_part_size())
             self._fill = 0
-            future = self._executor.submit(self._upload_part, number, body)
+            future = self._start_part(number, body, last=last)
         except BaseException:
             self._slots.release()
             raise
@@ -244,6 +283,87 @@ class MultipartWriter(io.BufferedIOBase):
             if not self._aborted and not self._closing and len(body) == self._current_part_size():
                 self._free.append(body)
         self._slots.release()
+
+    def _start_part(self, number: int, body: bytearray, *, last: bool) -> Future[Part]:
+        """A part on its way: through the upload pool, or -- a background file's only part, its upload not created
+        yet, on a store that sends without waiting -- created and sent by :meth:`_send_unwaited`."""
+        if self._background and last and number == 1 and self._create_future is None and self.upload_id is None:
+            unwaited = self._send_unwaited(body)
+            if unwaited is not None:
+                return unwaited
+        return self._executor.submit(self._upload_part, number, body)
+
+    def _send_unwaited(self, body: bytearray) -> "Future[Part] | None":
+        """A small file's create and only part, with no other thread involved: the create is sent from this thread,
+        the part from the create's answer and the part's answer settles the future -- each answer read by whichever
+        thread pumps the store (:meth:`mpcommit.store.s3.S3Store.pump`: the task's, at its next file's close or
+        where it waits). Through the upload pool and the CRT's event loop the same two requests cost a task of
+        1,250 small files about three times their own CPU in threads handing over the interpreter lock (issue 39,
+        :mod:`mpcommit.store.polled_http`). A first attempt that fails goes on through the pool
+        (:meth:`_upload_part`, with the store's retries; it creates the upload if the create failed). None when the
+        store cannot send without waiting."""
+        start_create = getattr(self._store, "start_create_multipart_upload", None)
+        if start_create is None:
+            return None
+        future: Future[Part] = Future()
+        # Running from the start, so never cancelled: an abort waits for its end, then aborts what it created.
+        future.set_running_or_notify_cancel()
+        crc = crc32_b64(body)
+        bucket, key = self.bucket, self.key
+
+        def through_pool() -> None:
+            try:
+                pooled = self._executor.submit(self._upload_part, 1, body)
+            except BaseException as exc:  # noqa: BLE001 - the pool was shut down: the task is ending
+                future.set_exception(exc)
+                return
+            pooled.add_done_callback(lambda f: _hand_on(f, future))
+
+        def part_sent(etag: Any, error: BaseException | None) -> None:
+            if error is not None:
+                if isinstance(error, ChecksumMismatchError):
+                    future.set_exception(error)  # as the pool's path: an error, not retried
+                else:
+                    through_pool()
+                return
+            try:
+                faults.checkpoint("writer.part_uploaded", 1)
+            except BaseException as exc:  # noqa: BLE001 - an injected fault fails the part, as on the pool
+                future.set_exception(exc)
+                return
+            future.set_result(Part(number=1, etag=str(etag), size=len(body), crc32=crc))
+
+        def created(upload_id: Any, error: BaseException | None) -> None:
+            if error is not None:
+                through_pool()
+                return
+            with self._create_lock:
+                self.upload_id = str(upload_id)
+                aborted = self._aborted
+            try:
+                if aborted:
+                    # An abort that came before this future was the writer's to wait for would not know the
+                    # upload: abort it here, on the pool (no round trip inside a pump).
+                    self._abort_late(str(upload_id))
+                    raise ProtocolError(f"writer for s3://{bucket}/{key} was aborted")
+                faults.checkpoint("writer.created")
+                if not self._store.start_upload_part(bucket, key, str(upload_id), 1, body, crc, part_sent):
+                    through_pool()
+            except BaseException as exc:  # noqa: BLE001 - reported through the future
+                future.set_exception(exc)
+
+        # Under the create lock, as _ensure_created: no upload is created once an abort has been taken.
+        with self._create_lock:
+            if self._aborted:
+                raise ProtocolError(f"writer for s3://{bucket}/{key} was aborted")
+            started = start_create(bucket, key, created, content_type=self._content_type)
+        return future if started else None
+
+    def _abort_late(self, upload_id: str) -> None:
+        try:
+            self._executor.submit(self._store.abort_multipart_upload, self.bucket, self.key, upload_id)
+        except RuntimeError as exc:  # the pool is shut down: the job's commit or cleanup aborts it by its job id
+            log.warning("could not abort upload %s of s3://%s/%s: %s", upload_id, self.bucket, self.key, exc)
 
     def _upload_part(self, number: int, body: bytearray) -> Part:
         upload_id = self._ensure_created()
@@ -279,6 +399,7 @@ class MultipartWriter(io.BufferedIOBase):
     def finish(self) -> PendingUpload:
         if self._background:
             self._close_in_background()
+            wait_pumping(self._store, self._done)
             return self._done.result()
         with self._lock:
             if self._pending is not None:
@@ -327,7 +448,8 @@ class MultipartWriter(io.BufferedIOBase):
             # without bound either (each is an upload, a request and a thread's work item).
             held = self._fill + sum(n for f, n in zip(self._futures, self._part_sizes) if not f.done())
             if self._budget is not None:
-                self._budget_held = self._budget.acquire(max(held, CLOSING_FILE_MIN_BYTES))
+                self._budget_held = self._budget.acquire(max(held, CLOSING_FILE_MIN_BYTES),
+                                                         pump=getattr(self._store, "pump", None))
             if self._fill or self._part_number == 0:
                 self._send_buffer(last=True)  # the last part may be below 5 MiB; a zero-byte file is one empty part
         except BaseException as exc:
@@ -351,6 +473,9 @@ class MultipartWriter(io.BufferedIOBase):
 
         for f in futures:
             f.add_done_callback(one_done)
+        pump = getattr(self._store, "pump", None)
+        if pump is not None:
+            pump(0)  # this file's requests on their way, and earlier files' answers read: one poll a file
 
     def _settle(self, futures: list[Future[Part]]) -> None:
         """Runs once every part of a background writer is done (on the thread of the last one)."""
@@ -405,6 +530,7 @@ class MultipartWriter(io.BufferedIOBase):
             f.cancel()
         for f in futures:
             try:
+                wait_pumping(self._store, f)  # an unanswered create of a small file ends in a pump
                 f.result()
             except BaseException:  # noqa: BLE001 - already failing; the abort below is what matters
                 pass

@@ -35,6 +35,7 @@ from botocore.httpsession import get_cert_path
 
 from .crt_connections import Exchange, HostConnections, Parse, RequestBody
 from .crt_signing import UNSIGNED_PAYLOAD, CrtSigner
+from .polled_http import PolledRequests
 from .transport import (
     Done,
     complete_body,
@@ -103,6 +104,9 @@ class CrtCompleter:
         self._watchdog: threading.Thread | None = None
         self._closed = threading.Event()
         self._tick = max(0.02, min(1.0, read_timeout / 4, connect_timeout / 4))
+        self._connect_timeout = connect_timeout
+        self._polled: PolledRequests | None = None  # a task's small files' requests (made on first use)
+        self._ssl: Any = None
 
     # ------------------------------------------------------------ one request
     def start(self, bucket: str, key: str, upload_id: str, parts: Sequence[Any], done: Done) -> None:
@@ -140,6 +144,68 @@ class CrtCompleter:
         return self._wait(lambda done: self._start(
             "PUT", bucket, part_query(key, upload_id, number), body, done, parse,
             headers=headers + self._operation_headers["upload_part"], checksummed=True), f"s3://{bucket}/{key}")
+
+    # ------------------------------------------------------------ a small file's requests, answered where polled
+    def start_create_multipart_upload(self, bucket: str, key: str, done: Done, *,
+                                      content_type: str | None = None) -> None:
+        """:meth:`create_multipart_upload` sent on the polled sockets (:mod:`.polled_http`), not waited for:
+        ``done(upload id, None)`` or ``done(None, error)``, called by a later :meth:`pump`."""
+        headers = [("x-amz-checksum-algorithm", "CRC32")] + ([("Content-Type", content_type)] if content_type else [])
+        self._start_polled("POST", bucket, uploads_query(key), b"", done,
+                           lambda st, _h, data: upload_id_from_answer(st, data),
+                           headers + self._operation_headers["create_multipart_upload"])
+
+    def start_upload_part(self, bucket: str, key: str, upload_id: str, number: int,
+                          body: bytes | bytearray | memoryview, crc32: str, done: Done) -> None:
+        """:meth:`upload_part` sent on the polled sockets, not waited for: ``done((the ETag, the CRC32 S3 echoed),
+        None)`` or ``done(None, error)``, called by a later :meth:`pump`."""
+        headers = [("x-amz-sdk-checksum-algorithm", "CRC32"), ("x-amz-checksum-crc32", crc32)]
+
+        def parse(status: int, answer: dict[str, str], data: bytes) -> tuple[str, str | None]:
+            return etag_from_headers(status, answer, data, "UploadPart"), answer.get("x-amz-checksum-crc32")
+
+        self._start_polled("PUT", bucket, part_query(key, upload_id, number), body, done, parse,
+                           headers + self._operation_headers["upload_part"], checksummed=True)
+
+    def pump(self, timeout: float) -> int:
+        """Advance the requests started on the polled sockets, waiting up to ``timeout`` seconds for an answer, and
+        report the finished ones on this thread; returns how many are still in flight."""
+        polled = self._polled
+        return polled.pump(timeout) if polled is not None else 0
+
+    def _start_polled(self, method: str, bucket: str, tail: str, body: bytes | bytearray | memoryview, done: Done,
+                      parse: Parse, headers: Sequence[tuple[str, str]], *, checksummed: bool = False) -> None:
+        base, base_path, host = self._base(bucket)
+        polled = self._polled
+        if polled is None:
+            with self._lock:
+                if self._polled is None:
+                    self._polled = PolledRequests(sign=self._sign_for_polled, connect_timeout=self._connect_timeout,
+                                                  read_timeout=self.read_timeout,
+                                                  max_connections=self.max_connections, tls=self._ssl_context)
+                polled = self._polled
+        payload = UNSIGNED_PAYLOAD if checksummed and host.https else None
+        polled.start(method, (host.host, host.port, host.https), host.host_header, base_path + tail, base + tail,
+                     body, headers, done, parse, payload=payload)
+
+    def _sign_for_polled(self, path: str, host_header: str, body: Any, *, method: str, headers: Any,
+                         payload: str | None) -> Any:
+        # The CRT's request is only what its signer signs: the polled socket writes the body itself, so the
+        # request gets an empty stream rather than a copy of the body.
+        return self.signed_request(path, host_header, body, method=method, headers=headers, payload=payload,
+                                   stream=io.BytesIO())
+
+    def _ssl_context(self) -> Any:
+        """Python's TLS context for the polled sockets, verifying with :attr:`ca_bundle` as the CRT's does."""
+        import ssl
+
+        with self._lock:
+            if self._ssl is None:
+                try:
+                    self._ssl = ssl.create_default_context(cafile=self.ca_bundle)
+                except (OSError, ssl.SSLError) as exc:
+                    raise SSLError(endpoint_url=self.ca_bundle, error=exc) from exc
+            return self._ssl
 
     def put_object(self, bucket: str, key: str, body: bytes | bytearray | memoryview, *, content_type: str) -> str:
         """PutObject of a body held in memory (no condition); the ETag."""
@@ -274,6 +340,8 @@ class CrtCompleter:
     def close(self) -> None:
         """Close every connection and stop the watchdog; requests still in flight end with ConnectionClosedError."""
         self._closed.set()
+        if self._polled is not None:
+            self._polled.close()
         with self._lock:
             hosts = list(self._hosts.values())
         for host in hosts:

@@ -97,6 +97,55 @@ class S3Store(Funnel):
             )
         return str(response["ETag"])
 
+    # ------------------------------------------------------------ a file's first requests, not waited for
+    def start_create_multipart_upload(self, bucket: str, key: str, done: Done, *,
+                                      content_type: str | None = None) -> bool:
+        """One attempt at :meth:`create_multipart_upload`, not waited for: ``done(upload id, None)`` or
+        ``done(None, error)`` (a StoreError, translated as after one attempt) is called once, on a thread that
+        :meth:`pump` s (the CRT transport's polled sockets, :mod:`.polled_http`). Not retried: the caller retries. False, and nothing
+        done, when the request would go through boto3 (which cannot send without waiting)."""
+        crt = self._transports.crt_sending(bucket, "create_multipart_upload")
+        if crt is None:
+            return False
+        finished = self._one_attempt("create_multipart_upload", bucket=bucket, key=key, done=done)
+        try:
+            crt.start_create_multipart_upload(bucket, key, finished, content_type=content_type)
+        except Exception as exc:  # noqa: BLE001 - e.g. credentials that cannot be read: this attempt's failure
+            finished(None, exc)
+        return True
+
+    def start_upload_part(self, bucket: str, key: str, upload_id: str, number: int,
+                          body: bytes | bytearray | memoryview, crc32: str, done: Done) -> bool:
+        """One attempt at :meth:`upload_part`, not waited for, as :meth:`start_create_multipart_upload`:
+        ``done(etag, None)``, or ``done(None, error)`` -- a ChecksumMismatchError when S3 recorded another CRC32."""
+        crt = self._transports.crt_sending(bucket, "upload_part", body_size=len(body))
+        if crt is None:
+            return False
+
+        def checked(result: Any, error: BaseException | None) -> None:
+            if error is None:
+                etag, echoed = result
+                if echoed and echoed != crc32:
+                    error, result = ChecksumMismatchError(
+                        f"part {number} of s3://{bucket}/{key}: S3 recorded CRC32 {echoed}, computed {crc32}",
+                        operation="upload_part", code="ChecksumMismatch", bucket=bucket, key=key), None
+                else:
+                    result = str(etag)
+            done(result, error)
+
+        finished = self._one_attempt("upload_part", bucket=bucket, key=key, done=checked)
+        try:
+            crt.start_upload_part(bucket, key, upload_id, number, body, crc32, finished)
+        except Exception as exc:  # noqa: BLE001 - this attempt's failure
+            finished(None, exc)
+        return True
+
+    def pump(self, timeout: float = 0.0) -> int:
+        """Advance the requests started without waiting (:meth:`start_create_multipart_upload`,
+        :meth:`start_upload_part`): they are answered only on a thread that pumps, waiting up to ``timeout``
+        seconds for an answer. Returns how many are still in flight."""
+        return self._transports.pump(timeout)
+
     def upload_part_copy(
         self, bucket: str, key: str, upload_id: str, number: int, *,
         source_key: str, source_etag: str, byte_range: tuple[int, int] | None = None, source_bucket: str | None = None,

@@ -89,6 +89,11 @@ class TransportChoice:
                     self._completer = self._choose_completer()
         return self._completer
 
+    def pump(self, timeout: float) -> int:
+        """Advance the requests the CRT transport started on its polled sockets (none before it is made)."""
+        pump = getattr(self._completer, "pump", None)
+        return pump(timeout) if pump is not None else 0
+
     def crt_sending(self, bucket: str, operation: str, *, body_size: int = 0) -> Any | None:
         """The CRT transport when it sends ``operation`` (botocore's name) with a body of ``body_size`` bytes for
         this bucket, else None: boto3 sends it. The same choice as the completes'."""

@@ -2,12 +2,13 @@
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from mpcommit.errors import ChecksumMismatchError, TransientStoreError
+from mpcommit.errors import ChecksumMismatchError, ProtocolError, TransientStoreError
 from mpcommit.options import WriterSettings
-from mpcommit.protocol.writer import MultipartWriter
+from mpcommit.protocol.writer import EARLY_CREATE_BYTES, MultipartWriter
 from mpcommit.sizing import MiB, crc32_b64
 
 
@@ -206,3 +207,177 @@ def test_memory_is_the_bound_exactly_no_transient_copies():
     finally:
         tracemalloc.stop()
     assert peak <= bound + 128 * 1024, f"peak {peak / MiB:.2f} MiB above the bound of {bound / MiB:.0f} MiB"
+
+
+class CountingPool(ThreadPoolExecutor):
+    """A thread pool that remembers what it was handed, by function name."""
+
+    def __init__(self):
+        super().__init__(4)
+        self.submitted = []
+
+    def submit(self, fn, *args, **kwargs):
+        self.submitted.append(fn.__name__)
+        return super().submit(fn, *args, **kwargs)
+
+
+@pytest.mark.parametrize("size, expected", [
+    (100_000, ["_upload_part"]),  # small: created by its only part's work item
+    (EARLY_CREATE_BYTES, ["_ensure_created", "_upload_part"]),  # may be still filling: created ahead
+    (7 * MiB, ["_upload_part", "_upload_part"]),  # one write filled a part first: that part's item creates
+])
+def test_a_background_file_is_created_ahead_only_once_it_is_large(size, expected):
+    store, pool = FakeStore(), CountingPool()
+    w = MultipartWriter(store, bucket="bkt", key="t/f.bin", settings=SETTINGS, executor=pool, background=True)
+    try:
+        w.write(b"x" * min(size, EARLY_CREATE_BYTES - 1))
+        assert pool.submitted == []  # nothing on the pool yet: a small file so far
+        w.write(b"x" * (size - min(size, EARLY_CREATE_BYTES - 1)))
+        w.close()
+        pending = w.done.result(timeout=30)
+    finally:
+        pool.shutdown()
+    assert pool.submitted == expected
+    assert pending.upload_id == "upload-1" and pending.size == size
+    assert b"".join(store.parts[n] for n in sorted(store.parts)) == b"x" * size
+
+
+def test_a_small_background_file_aborted_before_its_close_created_no_upload():
+    store, pool = FakeStore(), CountingPool()
+    created = []
+    store.create_multipart_upload = lambda *a, **k: created.append(a) or "upload-1"
+    w = MultipartWriter(store, bucket="bkt", key="t/f.bin", settings=SETTINGS, executor=pool, background=True)
+    w.write(b"x" * 1000)
+    w.abort()
+    pool.shutdown()
+    assert created == [] and store.aborted == [] and store.parts == {}
+
+
+# ---------------------------------------------------------------- a small background file, with no thread waiting
+class UnwaitedStore(FakeStore):
+    """A FakeStore that also sends a create and a part without waiting: each answered from a thread of its own,
+    the create once ``release`` is set; ``fail_first_create`` fails the first attempt (as a 503 would)."""
+
+    def __init__(self, *, fail_first_create=False):
+        super().__init__()
+        self.release = threading.Event()
+        self.release.set()
+        self.fail_first_create = fail_first_create
+        self.created = []
+        self.sent_unwaited = []
+
+    def create_multipart_upload(self, bucket, key, content_type=None):
+        with self.lock:
+            self.created.append(f"upload-{len(self.created) + 1}")
+            return self.created[-1]
+
+    def start_create_multipart_upload(self, bucket, key, done, content_type=None):
+        def answer():
+            self.release.wait(10)
+            if self.fail_first_create:
+                self.fail_first_create = False
+                done(None, TransientStoreError("injected 503", operation="create_multipart_upload"))
+            else:
+                self.sent_unwaited.append("create")
+                done(self.create_multipart_upload(bucket, key), None)
+        threading.Thread(target=answer).start()
+        return True
+
+    def start_upload_part(self, bucket, key, upload_id, number, body, crc32, done):
+        def answer():
+            self.sent_unwaited.append("part")
+            try:
+                done(self.upload_part(bucket, key, upload_id, number, body, crc32), None)
+            except Exception as exc:  # noqa: BLE001 - as the store reports a failed attempt
+                done(None, exc)
+        threading.Thread(target=answer).start()
+        return True
+
+
+def background_writer(store, pool):
+    return MultipartWriter(store, bucket="bkt", key="t/f.bin", settings=SETTINGS, executor=pool, background=True)
+
+
+def test_a_small_background_file_goes_out_with_no_pool_thread():
+    store, pool = UnwaitedStore(), CountingPool()
+    w = background_writer(store, pool)
+    try:
+        w.write(b"x" * 100_000)
+        w.close()
+        pending = w.done.result(timeout=30)
+    finally:
+        pool.shutdown()
+    assert pool.submitted == [] and store.sent_unwaited == ["create", "part"]
+    assert pending.upload_id == "upload-1" and [p.size for p in pending.parts] == [100_000]
+    assert store.parts == {1: b"x" * 100_000} and store.aborted == []
+
+
+def test_a_failed_first_attempt_goes_on_through_the_pool_with_its_retries():
+    store, pool = UnwaitedStore(fail_first_create=True), CountingPool()
+    w = background_writer(store, pool)
+    try:
+        w.write(b"y" * 1000)
+        w.close()
+        pending = w.done.result(timeout=30)
+    finally:
+        pool.shutdown()
+    assert pool.submitted == ["_upload_part"]  # it created the upload and sent the part
+    assert pending.upload_id == "upload-1" and store.parts == {1: b"y" * 1000}
+
+
+def test_an_abort_while_the_create_is_unanswered_aborts_the_upload_it_made():
+    store, pool = UnwaitedStore(), CountingPool()
+    store.release.clear()
+    w = background_writer(store, pool)
+    w.write(b"z" * 1000)
+    w.close()  # the create is on its way, unanswered
+    aborting = threading.Thread(target=w.abort)
+    aborting.start()
+    aborting.join(0.2)
+    assert aborting.is_alive(), "the abort waits for the create's answer"
+    store.release.set()
+    aborting.join(10)
+    pool.shutdown(wait=True)
+    assert store.created == ["upload-1"] and "upload-1" in store.aborted and store.parts == {}
+    with pytest.raises(ProtocolError, match="aborted"):
+        w.done.result(timeout=10)
+
+
+def test_a_fault_at_the_create_fails_the_file_and_aborts_its_upload():
+    from mpcommit.protocol import faults
+
+    store, pool = UnwaitedStore(), CountingPool()
+    with faults.installed(faults.fail_at("writer.created")):
+        w = background_writer(store, pool)
+        w.write(b"z" * 1000)
+        w.close()
+        with pytest.raises(faults.InjectedFault):
+            w.done.result(timeout=10)
+    pool.shutdown(wait=True)
+    assert store.created == ["upload-1"] and store.aborted == ["upload-1"] and store.parts == {}
+
+
+def test_a_small_background_file_on_a_real_server_is_the_pending_upload_s3_holds(moto_backend):
+    """Against moto through the CRT transport: the task's small files are created and sent with no pool thread,
+    and what the manifest records is what S3 holds (completed by the job's commit, read back by boto3)."""
+    from mpcommit import Job
+
+    bucket = moto_backend.new_bucket()
+    job = Job.create(f"s3://{bucket}/t", s3=moto_backend.options)
+    assert hasattr(job.store.completer(bucket), "start")  # the CRT sends this store's requests
+    with job.spec.task(0, 0) as task:
+        pool = task._pool()
+        submitted = []
+        real_submit = pool.submit
+        pool.submit = lambda fn, *a, **k: (submitted.append(fn.__name__), real_submit(fn, *a, **k))[1]
+        for i in range(5):
+            w = task.create(f"p={i}", "bin", background=True)
+            w.write(f"file {i}\n".encode() * (i + 1))
+            w.rows = i + 1
+            w.close()
+        result = task.commit()
+    assert submitted == [] and result.files == 5
+    job.commit([result])
+    for i in range(5):
+        (key,) = [o.key for o in job.store.list_objects(bucket, f"t/p={i}/")]
+        assert moto_backend.client.get_object(Bucket=bucket, Key=key)["Body"].read() == f"file {i}\n".encode() * (i + 1)
