@@ -37,7 +37,14 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ConnectionClosedError, ConnectTimeoutError, EndpointConnectionError, ReadTimeoutError
+from botocore.exceptions import (
+    BotoCoreError,
+    ConnectionClosedError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    ReadTimeoutError,
+    SSLError,
+)
 
 from .crt_connections import Parse
 from .transport import Done
@@ -67,10 +74,15 @@ class _Request:
 class _Connection:
     """One keep-alive connection: connecting, idle, sending a request or reading its answer."""
 
-    __slots__ = ("sock", "request", "out", "sent", "answer", "connecting", "handshaking", "reused")
+    __slots__ = ("sock", "fd", "request", "out", "sent", "answer", "connecting", "handshaking", "reused", "tls",
+                 "server_name")
 
-    def __init__(self, sock: socket.socket, *, handshaking: bool):
-        self.sock = sock
+    def __init__(self, sock: socket.socket, *, tls: ssl.SSLContext | None, server_name: str):
+        self.sock: Any = sock
+        self.fd = sock.fileno()  # kept: a socket wrapped for TLS, or closed, answers another or -1
+        #: Wraps the socket once it is connected (a socket wrapped before would have no TLS state to send with).
+        self.tls = tls
+        self.server_name = server_name
         #: Whether it carried an answer before: a server may have closed it since, unseen.
         self.reused = False
         self.request: _Request | None = None
@@ -78,7 +90,7 @@ class _Connection:
         self.sent = False
         self.answer = bytearray()
         self.connecting = True
-        self.handshaking = handshaking
+        self.handshaking = tls is not None
 
     def wants(self) -> int:
         if self.connecting or self.out:
@@ -201,16 +213,13 @@ class PolledRequests:
             if code not in (0, errno.EINPROGRESS):
                 sock.close()
                 raise OSError(code, errno.errorcode.get(code, str(code)))
-            if https:
-                context = self._tls()
-                assert context is not None
-                sock = context.wrap_socket(sock, server_hostname=name, do_handshake_on_connect=False)
+            context = self._tls() if https else None  # made now: a bundle that cannot be read fails this request
         except Exception as exc:  # noqa: BLE001 - refused, unresolved, a TLS context that cannot be made
             error = exc if isinstance(exc, BotoCoreError) else EndpointConnectionError(endpoint_url=request.url,
                                                                                         error=exc)
             self._end(request, None, error)
             return None
-        connection = _Connection(sock, handshaking=https)
+        connection = _Connection(sock, tls=context, server_name=name)
         self._open[host] = self._open.get(host, 0) + 1
         self._by_fd[sock.fileno()] = (host, connection)
         self._poller.register(sock.fileno(), _OUT)
@@ -224,7 +233,7 @@ class PolledRequests:
         if not connection.connecting:
             request.deadline = time.monotonic() + self._read_timeout
             self._write(host, connection)
-        self._poller.modify(connection.sock.fileno(), connection.wants())
+        self._poller.modify(connection.fd, connection.wants())
 
     def _step(self, host: tuple[str, int, bool], connection: _Connection, events: int) -> None:
         request = connection.request
@@ -234,11 +243,15 @@ class PolledRequests:
                 if error:
                     raise EndpointConnectionError(endpoint_url=request.url if request else "",
                                                   error=OSError(error, errno.errorcode.get(error, str(error))))
+                if connection.tls is not None:
+                    connection.sock = connection.tls.wrap_socket(connection.sock, do_handshake_on_connect=False,
+                                                                 server_hostname=connection.server_name)
+                    connection.tls = None  # the same descriptor, now with its TLS state
                 if connection.handshaking:
                     try:
                         connection.sock.do_handshake()  # type: ignore[attr-defined]
                     except (ssl.SSLWantReadError, ssl.SSLWantWriteError) as want:
-                        self._poller.modify(connection.sock.fileno(),
+                        self._poller.modify(connection.fd,
                                             _IN if isinstance(want, ssl.SSLWantReadError) else _OUT)
                         return
                     connection.handshaking = False
@@ -254,8 +267,8 @@ class PolledRequests:
             elif events & _IN:
                 self._read(host, connection)
             if connection.request is not None and not self._closed:
-                self._poller.modify(connection.sock.fileno(), connection.wants())
-        except (OSError, ssl.SSLError, EndpointConnectionError, ConnectionClosedError) as exc:
+                self._poller.modify(connection.fd, connection.wants())
+        except Exception as exc:  # noqa: BLE001 - whatever a socket raises fails this request, never the pump
             self._fail(host, connection, exc)
 
     def _write(self, host: tuple[str, int, bool], connection: _Connection) -> None:
@@ -294,7 +307,7 @@ class PolledRequests:
         if keep_alive:
             connection.reused = True
             self._idle.setdefault(host, []).append(connection)
-            self._poller.modify(connection.sock.fileno(), _IN)
+            self._poller.modify(connection.fd, _IN)
         else:
             self._drop(host, connection)
         try:
@@ -315,7 +328,9 @@ class PolledRequests:
             request.resent = True
             self._waiting.setdefault(host, collections.deque()).appendleft(request)
         elif request is not None:
-            if not isinstance(exc, (EndpointConnectionError, ConnectionClosedError)):
+            if isinstance(exc, ssl.SSLError):  # a certificate not trusted, a failed handshake: as botocore says it
+                exc = SSLError(endpoint_url=request.url, error=exc)
+            elif not isinstance(exc, BotoCoreError):
                 exc = ConnectionClosedError(endpoint_url=request.url, error=exc)
             self._end(request, None, exc)
         self._dispatch(host)
@@ -339,7 +354,7 @@ class PolledRequests:
                 self._end(request, None, ConnectTimeoutError(endpoint_url=request.url, error="no connection in time"))
 
     def _drop(self, host: tuple[str, int, bool], connection: _Connection) -> None:
-        fd = connection.sock.fileno()
+        fd = connection.fd
         if self._by_fd.pop(fd, None) is not None:
             self._poller.unregister(fd)
             self._open[host] -= 1

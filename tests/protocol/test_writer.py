@@ -381,3 +381,23 @@ def test_a_small_background_file_on_a_real_server_is_the_pending_upload_s3_holds
     for i in range(5):
         (key,) = [o.key for o in job.store.list_objects(bucket, f"t/p={i}/")]
         assert moto_backend.client.get_object(Bucket=bucket, Key=key)["Body"].read() == f"file {i}\n".encode() * (i + 1)
+
+
+def test_a_task_aborted_before_its_small_files_answers_are_read_leaves_no_upload(moto_backend):
+    """The answers of a small file's requests are read only where the task's thread pumps the store: an abort that
+    comes first reads them, and aborts every upload they created (none is left for the job's cleanup)."""
+    from mpcommit import Job
+
+    bucket = moto_backend.new_bucket()
+    job = Job.create(f"s3://{bucket}/t", s3=moto_backend.options)
+    task = job.spec.task(0, 0)
+    for i in range(6):
+        w = task.create(f"p={i}", "bin", background=True)
+        w.write(b"row\n" * (i + 1))
+        w.close()  # its create is on its way (a close pumps once, without waiting)
+    task.abort()
+    counts = job.store.request_counts()
+    assert counts.get("create_multipart_upload", 0) >= 6 and counts.get("abort_multipart_upload", 0) >= 6
+    listed = moto_backend.client.list_multipart_uploads(Bucket=bucket, Prefix="t/p=")
+    assert listed.get("Uploads", []) == []
+    assert [o.key for o in job.store.list_objects(bucket, "t/p=")] == []
