@@ -200,3 +200,64 @@ def test_an_unavailable_store_fails_job_creation_with_a_clear_error_and_writes_n
             Job.create(scene.uri, s3=through(proxy, backend, IMPATIENT))
         assert proxy.requests().total() == 3
     assert bucket_state(scene.client, scene.bucket) == before
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_small_files_sent_on_the_tasks_own_thread_commit_exactly_under_faults(moto_backend, monkeypatch, seed):
+    """A task's small background files go out on the store's polled sockets (create and only part, answered where
+    the task pumps), and any failure there goes on through the upload pool. Randomized: 60 files of random sizes
+    (empty to 600 KB) in 20 partitions, 20% of every request class faulted with every transient kind (an answer lost
+    after the server applied a create leaves an upload the pool's retry does not know), 5% of requests held up to
+    0.5 s: the commit holds exactly the bytes written, once each, and no upload is left pending."""
+    import random
+
+    from mpcommit.store.s3 import S3Store
+
+    polled = []
+    start_create = S3Store.start_create_multipart_upload
+
+    def counted(self, *args, **kwargs):
+        started = start_create(self, *args, **kwargs)
+        polled.append(started)
+        return started
+
+    monkeypatch.setattr(S3Store, "start_create_multipart_upload", counted)
+    from mpcommit.protocol.writer import MultipartWriter
+
+    pooled = []
+    upload_part = MultipartWriter._upload_part
+
+    def through_pool(self, number, body):
+        pooled.append(number)
+        return upload_part(self, number, body)
+
+    monkeypatch.setattr(MultipartWriter, "_upload_part", through_pool)
+    rnd = random.Random(SEED + seed)
+    plan_ = FaultPlan(default=FaultRule(0.2), seed=SEED + seed, max_consecutive=4, spike_rate=0.05, spike_max=0.5)
+    bucket = moto_backend.new_bucket()
+    written: dict[str, bytes] = {}
+    with faulty(moto_backend, plan_) as proxy:
+        options = dataclasses.replace(through(proxy, moto_backend, PATIENT), complete_transport="crt")
+        job = Job.create(f"s3://{bucket}/t", mode="overwrite", s3=options)
+        with job.spec.task(0, 0) as task:
+            for i in range(60):
+                body = rnd.randbytes(rnd.choice([0, 1, 100, 5_000, 70_000, 300_000, 600_000]))
+                w = task.create(f"p={rnd.randrange(20)}", "bin", background=True)
+                w.write(body)
+                w.rows = 1
+                w.close()
+                written[w.key] = body
+            result = task.commit()
+        report = job.commit([result])
+        summary, faults = proxy.summary(), injected(proxy)
+    assert len(polled) == 60 and all(polled), "every file's first attempt went out on the polled sockets"
+    assert pooled, "some failed first attempts went on through the pool"
+    assert faults and {"CreateMultipartUpload", "UploadPart"} <= {c for c, s in summary.items() if s["faults"]}
+    assert set(report.filenames) == set(written)
+    client = moto_backend.client
+    for key, body in written.items():
+        assert client.get_object(Bucket=bucket, Key=key)["Body"].read() == body, key
+    listed = {o["Key"] for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix="t/p=")
+              for o in page.get("Contents", [])}
+    assert listed == set(written)
+    assert client.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
