@@ -18,9 +18,9 @@ a task of 1,250 interleaved partitions made 420,000 slices and as many Python st
 file it wrote (issue 39's profile).
 
 The sorted write fills one file after another, but no round trip of a file waits on the next: the Spark
-writer opens its files with ``TaskAttempt.create(background=True)``, so a file's upload is created while its
-first part fills (a small file's with its only part, on the task's own thread: :mod:`mpcommit.store.polled_http`)
-and its last part uploads while the next file is written (before, each of the 1,000 files of a task cost two serial round trips, ~60 s on
+writer opens its files with ``TaskAttempt.create(background=True)``, so a file's upload is created as it opens
+(a small file's create and only part on the task's own thread: :mod:`mpcommit.store.polled_http`) and its last part
+uploads while the next file is written (before, each of the 1,000 files of a task cost two serial round trips, ~60 s on
 S3; BENCHMARKS.md, "Task side at scale").
 
 Memory bound of one task (the reason for all of the above)::

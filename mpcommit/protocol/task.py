@@ -96,10 +96,11 @@ class TaskAttempt:
                background: bool = False) -> MultipartWriter:
         """Open a streaming writer for a new file in ``partition`` (a ``col=value/...`` path, a mapping or pairs).
 
-        With ``background=True`` no round trip waits on the caller: the upload is created while the first part
-        fills (a small file's with its only part, sent at close), and ``close()`` returns once the last part is on
-        its way (at most ``WriterSettings.closing_bytes`` held by such closing files, all together); :meth:`commit`
-        waits for them. A file that fails in the background fails the next ``create`` and the commit. Either way the
+        With ``background=True`` no round trip waits on the caller: the upload's create is sent as the writer opens
+        (on the store's polled sockets when it has them, else by the upload pool), and ``close()`` returns once the
+        last part is on its way (at most ``WriterSettings.closing_bytes`` held by such closing files, all
+        together); :meth:`commit` waits for them. A file that fails in the background fails the next ``create``
+        and the commit. Either way the
         writer is registered for this attempt's abort before its upload exists.
         """
         self._check_writable()

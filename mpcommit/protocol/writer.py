@@ -10,13 +10,12 @@ are (no copy) and reused once their part is uploaded, so a writer never holds mo
 ``max_parts_in_flight + 1`` of them, idle ones included.
 
 A writer opened with ``background=True`` (what a task's sorted partition path uses, see
-:meth:`mpcommit.protocol.task.TaskAttempt.create`) keeps no round trip on its caller's thread: the upload is
-created by the upload pool while the first part fills, once the file holds ``EARLY_CREATE_BYTES``, and
-:meth:`close` sends the last part and returns at once. A smaller file goes out whole at its close: on a store that
-sends without waiting (the CRT transport's polled sockets), its create is sent from the caller's thread and its
-only part from the create's answer, both answers read where the caller pumps the store -- at its next close, and
-wherever it would wait (a first attempt that fails goes on through the pool); else both in one work item of the
-pool. The writer finishes (hands its :class:`PendingUpload` to ``on_finish``) when its last part is uploaded. What such
+:meth:`mpcommit.protocol.task.TaskAttempt.create`) keeps no round trip on its caller's thread: the upload's create
+is sent when the writer opens -- on a store that sends without waiting (the CRT transport's polled sockets), from
+the caller's thread, its answer read where the caller pumps the store; else by the upload pool -- so that the upload
+exists, and is aborted with its job, from the file's first byte. :meth:`close` sends the last part and returns at
+once; a small file's only part goes on the polled sockets too, from the create's answer (a first attempt that fails
+goes on through the pool with the store's retries); larger parts go through the pool. The writer finishes (hands its :class:`PendingUpload` to ``on_finish``) when its last part is uploaded. What such
 closing writers still hold is bounded by a :class:`ByteBudget` shared by the task (``close`` waits for room).
 """
 
@@ -29,7 +28,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor, wait
 from typing import Any
 
-from ..errors import ChecksumMismatchError, ProtocolError, UsageError
+from ..errors import ChecksumMismatchError, ProtocolError, StoreError, UsageError
 from ..options import WriterSettings
 from ..sizing import MAX_OBJECT_SIZE, MAX_PARTS, crc32_b64, part_size_for
 from ..store.s3 import S3Store
@@ -41,10 +40,6 @@ log = logging.getLogger(__name__)
 #: What a file closing in the background counts against its task's ``closing_bytes`` at the least: with the
 #: default 32 MiB, at most 128 files close at once however small they are.
 CLOSING_FILE_MIN_BYTES = 256 * 1024
-#: A background writer's upload is created on its own, ahead of the first part, once the file holds this much:
-#: a file that big is likely still filling, and its create's round trip then hides behind the filling. A smaller
-#: file's upload is created at its close, with its only part (:meth:`MultipartWriter._send_unwaited`).
-EARLY_CREATE_BYTES = 1024 * 1024
 #: How long one wait for an answer read on this thread lasts before whatever else may have ended is looked at.
 _PUMP_SECONDS = 0.01
 
@@ -168,6 +163,8 @@ class MultipartWriter(io.BufferedIOBase):
         self.rows: int | None = None
         self.upload_id: str | None = None
         self._create_future: Future[str] | None = None
+        #: Whether ``_create_future`` is a create sent on the store's polled sockets (else the pool's work item).
+        self._create_polled = False
         if on_open:
             on_open(self)  # whoever aborts the attempt knows this writer before its upload exists
         if not background:
@@ -180,12 +177,18 @@ class MultipartWriter(io.BufferedIOBase):
                 self.abort()
                 raise
             return
-        # Background: the upload is created ahead of the first part once the file holds EARLY_CREATE_BYTES
-        # (write), else with the first part (_start_part). Whoever creates it does so under ``_create_lock``; an
-        # abort taken before that stops it.
+        # Background: the create goes out now, not waited for (the polled sockets, else the pool). Whoever creates
+        # the upload does so under ``_create_lock``; an abort taken before that stops it.
+        self._create_future = self._start_polled_create()
+        if self._create_future is not None:
+            self._create_polled = True
+        else:
+            self._create_future = self._executor.submit(self._ensure_created)
 
     # ------------------------------------------------------------ the upload itself
     def _ensure_created(self) -> str:
+        if self._create_polled and self._create_future is not None:
+            wait_pumping(self._store, self._create_future)  # its answer sets upload_id; a failed one: created here
         with self._create_lock:
             if self.upload_id is not None:
                 return self.upload_id
@@ -232,9 +235,6 @@ class MultipartWriter(io.BufferedIOBase):
             view = view[take:]
             if self._fill >= size:
                 self._send_buffer()
-        if self._background and self._create_future is None and not self._part_number \
-                and self._fill >= EARLY_CREATE_BYTES:
-            self._create_future = self._executor.submit(self._ensure_created)
         return written
 
     def _current_part_size(self) -> int:
@@ -285,28 +285,53 @@ class MultipartWriter(io.BufferedIOBase):
         self._slots.release()
 
     def _start_part(self, number: int, body: bytearray, *, last: bool) -> Future[Part]:
-        """A part on its way: through the upload pool, or -- a background file's only part, its upload not created
-        yet, on a store that sends without waiting -- created and sent by :meth:`_send_unwaited`."""
-        if self._background and last and number == 1 and self._create_future is None and self.upload_id is None:
-            unwaited = self._send_unwaited(body)
-            if unwaited is not None:
-                return unwaited
+        """A part on its way: through the upload pool, or -- a background file's only part, its create sent on the
+        store's polled sockets -- on those sockets too, once the create is answered (:meth:`_send_part_polled`)."""
+        if self._create_polled and last and number == 1:
+            return self._send_part_polled(body)
         return self._executor.submit(self._upload_part, number, body)
 
-    def _send_unwaited(self, body: bytearray) -> "Future[Part] | None":
-        """A small file's create and only part, with no other thread involved: the create is sent from this thread,
-        the part from the create's answer and the part's answer settles the future -- each answer read by whichever
-        thread pumps the store (:meth:`mpcommit.store.s3.S3Store.pump`: the task's, at its next file's close or
-        where it waits). Through the upload pool and the CRT's event loop the same two requests cost a task of
-        1,250 small files about three times their own CPU in threads handing over the interpreter lock (issue 39,
-        :mod:`mpcommit.store.polled_http`). A first attempt that fails goes on through the pool
-        (:meth:`_upload_part`, with the store's retries; it creates the upload if the create failed). None when the
-        store cannot send without waiting."""
+    def _start_polled_create(self) -> "Future[str] | None":
+        """The upload's create sent on the store's polled sockets (:mod:`mpcommit.store.polled_http`), not waited
+        for: its answer -- read by whichever thread pumps the store -- sets ``upload_id`` and settles the future
+        (a failed attempt's error too: whoever needs the upload then creates it through the store, with its
+        retries). None when the store cannot send without waiting. Through the upload pool and the CRT's event
+        loop a small file's two requests cost a task of 1,250 small files about three times their own CPU in
+        threads handing over the interpreter lock (issue 39)."""
         start_create = getattr(self._store, "start_create_multipart_upload", None)
         if start_create is None:
             return None
+        future: Future[str] = Future()
+        # Running from the start, so never cancelled: an abort waits for its answer, then aborts what it created.
+        future.set_running_or_notify_cancel()
+
+        def created(upload_id: Any, error: BaseException | None) -> None:
+            if error is not None:
+                future.set_exception(error)
+                return
+            with self._create_lock:
+                self.upload_id = str(upload_id)  # before anything can fail: an abort finds it
+            try:
+                faults.checkpoint("writer.created")
+            except BaseException as exc:  # noqa: BLE001 - an injected fault fails the file, which aborts the upload
+                future.set_exception(exc)
+                return
+            future.set_result(str(upload_id))
+
+        # Under the create lock, as _ensure_created: no upload is created once an abort has been taken.
+        with self._create_lock:
+            if self._aborted:
+                return None
+            started = start_create(self.bucket, self.key, created, content_type=self._content_type)
+        return future if started else None
+
+    def _send_part_polled(self, body: bytearray) -> Future[Part]:
+        """A small file's only part on the polled sockets, sent from its create's answer (at once when answered
+        already). A first attempt of either that fails in the store goes on through the pool
+        (:meth:`_upload_part`, with the store's retries; it creates the upload if the create failed)."""
+        create = self._create_future
+        assert create is not None
         future: Future[Part] = Future()
-        # Running from the start, so never cancelled: an abort waits for its end, then aborts what it created.
         future.set_running_or_notify_cancel()
         crc = crc32_b64(body)
         bucket, key = self.bucket, self.key
@@ -333,37 +358,26 @@ class MultipartWriter(io.BufferedIOBase):
                 return
             future.set_result(Part(number=1, etag=str(etag), size=len(body), crc32=crc))
 
-        def created(upload_id: Any, error: BaseException | None) -> None:
+        def send(answered: Future[str]) -> None:
+            error = answered.exception()
             if error is not None:
-                through_pool()
+                if isinstance(error, StoreError):
+                    through_pool()  # the store's retries, and the create if it never happened
+                else:
+                    future.set_exception(error)
                 return
             with self._create_lock:
-                self.upload_id = str(upload_id)
                 aborted = self._aborted
             try:
                 if aborted:
-                    # An abort that came before this future was the writer's to wait for would not know the
-                    # upload: abort it here, on the pool (no round trip inside a pump).
-                    self._abort_late(str(upload_id))
                     raise ProtocolError(f"writer for s3://{bucket}/{key} was aborted")
-                faults.checkpoint("writer.created")
-                if not self._store.start_upload_part(bucket, key, str(upload_id), 1, body, crc, part_sent):
+                if not self._store.start_upload_part(bucket, key, answered.result(), 1, body, crc, part_sent):
                     through_pool()
             except BaseException as exc:  # noqa: BLE001 - reported through the future
                 future.set_exception(exc)
 
-        # Under the create lock, as _ensure_created: no upload is created once an abort has been taken.
-        with self._create_lock:
-            if self._aborted:
-                raise ProtocolError(f"writer for s3://{bucket}/{key} was aborted")
-            started = start_create(bucket, key, created, content_type=self._content_type)
-        return future if started else None
-
-    def _abort_late(self, upload_id: str) -> None:
-        try:
-            self._executor.submit(self._store.abort_multipart_upload, self.bucket, self.key, upload_id)
-        except RuntimeError as exc:  # the pool is shut down: the job's commit or cleanup aborts it by its job id
-            log.warning("could not abort upload %s of s3://%s/%s: %s", upload_id, self.bucket, self.key, exc)
+        create.add_done_callback(send)
+        return future
 
     def _upload_part(self, number: int, body: bytearray) -> Part:
         upload_id = self._ensure_created()
@@ -377,7 +391,8 @@ class MultipartWriter(io.BufferedIOBase):
             if f.done() and f.exception() is not None:
                 raise f.exception()  # type: ignore[misc]
         create = self._create_future
-        if create is not None and create.done() and not create.cancelled() and create.exception() is not None:
+        if create is not None and not self._create_polled and create.done() and not create.cancelled() \
+                and create.exception() is not None:
             raise create.exception()  # type: ignore[misc]
 
     # ------------------------------------------------------------ finishing

@@ -20,7 +20,7 @@ at the next file's close at the latest.
 
 Only the happy path is here: an answer that is not a success, a connection that fails or closes, or a request that
 outlives its time ends with the botocore exception botocore would raise, and the caller goes on through the upload
-pool with the store's retries (:meth:`mpcommit.protocol.writer.MultipartWriter._send_unwaited`). Connections are
+pool with the store's retries (:meth:`mpcommit.protocol.writer.MultipartWriter._send_part_polled`). Connections are
 HTTP/1.1 keep-alive, one request at a time each, at most ``max_connections`` per host; TLS is verified with the CA
 bundle the CRT transport uses (botocore's).
 """
@@ -203,26 +203,40 @@ class PolledRequests:
                 return
 
     def _connect(self, host: tuple[str, int, bool], request: _Request) -> _Connection | None:
+        """A new connection, made while the caller waits (bounded by the connect timeout; a task opens a few and
+        keeps them), so that the request that needed it is written at once: a file's create reaches the store when
+        the file opens, and its upload is aborted with its job from then on, however long nobody pumps."""
         name, port, https = host
+        sock = None
         try:
             address = socket.getaddrinfo(name, port, type=socket.SOCK_STREAM)[0]
             sock = socket.socket(address[0], socket.SOCK_STREAM)
-            sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # a head and a body: never wait for an ACK
-            code = sock.connect_ex(address[4])
-            if code not in (0, errno.EINPROGRESS):
+            sock.settimeout(self._connect_timeout)
+            sock.connect(address[4])
+            if https:
+                context = self._tls()
+                assert context is not None
+                sock = context.wrap_socket(sock, server_hostname=name)  # the handshake, within the same timeout
+            sock.setblocking(False)
+        except Exception as exc:  # noqa: BLE001 - refused, unresolved, timed out, a certificate not trusted
+            if sock is not None:
                 sock.close()
-                raise OSError(code, errno.errorcode.get(code, str(code)))
-            context = self._tls() if https else None  # made now: a bundle that cannot be read fails this request
-        except Exception as exc:  # noqa: BLE001 - refused, unresolved, a TLS context that cannot be made
-            error = exc if isinstance(exc, BotoCoreError) else EndpointConnectionError(endpoint_url=request.url,
-                                                                                        error=exc)
+            if isinstance(exc, BotoCoreError):
+                error: BaseException = exc
+            elif isinstance(exc, socket.timeout):
+                error = ConnectTimeoutError(endpoint_url=request.url, error=exc)
+            elif isinstance(exc, ssl.SSLError):
+                error = SSLError(endpoint_url=request.url, error=exc)
+            else:
+                error = EndpointConnectionError(endpoint_url=request.url, error=exc)
             self._end(request, None, error)
             return None
-        connection = _Connection(sock, tls=context, server_name=name)
+        connection = _Connection(sock, tls=None, server_name=name)
+        connection.connecting = False
         self._open[host] = self._open.get(host, 0) + 1
         self._by_fd[sock.fileno()] = (host, connection)
-        self._poller.register(sock.fileno(), _OUT)
+        self._poller.register(sock.fileno(), _IN)
         return connection
 
     def _send(self, host: tuple[str, int, bool], connection: _Connection, request: _Request) -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from mpcommit.errors import ChecksumMismatchError, ProtocolError, TransientStoreError
 from mpcommit.options import WriterSettings
-from mpcommit.protocol.writer import EARLY_CREATE_BYTES, MultipartWriter
+from mpcommit.protocol.writer import MultipartWriter
 from mpcommit.sizing import MiB, crc32_b64
 
 
@@ -221,28 +221,23 @@ class CountingPool(ThreadPoolExecutor):
         return super().submit(fn, *args, **kwargs)
 
 
-@pytest.mark.parametrize("size, expected", [
-    (100_000, ["_upload_part"]),  # small: created by its only part's work item
-    (EARLY_CREATE_BYTES, ["_ensure_created", "_upload_part"]),  # may be still filling: created ahead
-    (7 * MiB, ["_upload_part", "_upload_part"]),  # one write filled a part first: that part's item creates
-])
-def test_a_background_file_is_created_ahead_only_once_it_is_large(size, expected):
+@pytest.mark.parametrize("size", [0, 100_000, 7 * MiB])
+def test_a_background_file_on_a_store_that_cannot_poll_is_created_at_open_on_the_pool(size):
     store, pool = FakeStore(), CountingPool()
     w = MultipartWriter(store, bucket="bkt", key="t/f.bin", settings=SETTINGS, executor=pool, background=True)
     try:
-        w.write(b"x" * min(size, EARLY_CREATE_BYTES - 1))
-        assert pool.submitted == []  # nothing on the pool yet: a small file so far
-        w.write(b"x" * (size - min(size, EARLY_CREATE_BYTES - 1)))
+        assert pool.submitted == ["_ensure_created"]  # the upload exists (and is aborted with its job) from now
+        w.write(b"x" * size)
         w.close()
         pending = w.done.result(timeout=30)
     finally:
         pool.shutdown()
-    assert pool.submitted == expected
+    assert pool.submitted[0] == "_ensure_created" and set(pool.submitted[1:]) == {"_upload_part"}
     assert pending.upload_id == "upload-1" and pending.size == size
     assert b"".join(store.parts[n] for n in sorted(store.parts)) == b"x" * size
 
 
-def test_a_small_background_file_aborted_before_its_close_created_no_upload():
+def test_a_background_file_aborted_before_its_close_leaves_no_upload():
     store, pool = FakeStore(), CountingPool()
     created = []
     store.create_multipart_upload = lambda *a, **k: created.append(a) or "upload-1"
@@ -250,10 +245,10 @@ def test_a_small_background_file_aborted_before_its_close_created_no_upload():
     w.write(b"x" * 1000)
     w.abort()
     pool.shutdown()
-    assert created == [] and store.aborted == [] and store.parts == {}
+    assert len(created) == len(store.aborted) <= 1 and store.parts == {}
 
 
-# ---------------------------------------------------------------- a small background file, with no thread waiting
+# ---------------------------------------------------------------- a small background file on a store that polls
 class UnwaitedStore(FakeStore):
     """A FakeStore that also sends a create and a part without waiting: each answered from a thread of its own,
     the create once ``release`` is set; ``fail_first_create`` fails the first attempt (as a 503 would)."""
