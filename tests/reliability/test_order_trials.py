@@ -106,8 +106,8 @@ def test_a_paused_overwrite_that_lost_its_job_deletes_nothing_and_a_missing_fenc
     assert fenced["ok"], _explain([fenced], moto_trials)
     assert fenced["procs"]["v"]["outcome"] == "ok (finished elsewhere)", fenced["procs"]["v"]
     assert len(fenced["procs"]["v"]["paused"]) == 2 and fenced["order_seen"]["collected_through"] >= 4
-    # Timing-dependent: once in a full CI run under load (2026-11-29, ced1068) the mutant went uncaught; say how
-    # its processes ended when that happens again.
+    # Should the mutant go uncaught, say how its processes ended and how far the collection got (it needs S's
+    # place collected before V goes on: plan_zombie_overwrite starts the appender after `recover` for that).
     assert not broken["ok"], (broken["procs"], broken.get("order_seen"))
     assert any(v.startswith("the visible rows are not the order's model") and "rows missing" in v and "'s dt=0" in v
                for v in broken["violations"]), broken["violations"]
