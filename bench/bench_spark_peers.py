@@ -783,7 +783,7 @@ def main(argv: list[str] | None = None) -> int:
 # ---------------------------------------------------------------- summaries and BENCHMARKS.md
 def job_commit_seconds(run: dict[str, Any]) -> float:
     """Spark: its ``job commit time`` SQL metric (ms, around the commit protocol's commitJob); mpcommit: its report."""
-    if run["variant"] == "mpcommit":
+    if str(run["variant"]).startswith("mpcommit"):  # (bench_executor's mpcommit-32 too)
         return float((run.get("mp_timings") or {}).get("commit", float("nan")))
     value = (run.get("events") or {}).get("driver_metrics", {}).get("job commit time")
     return float(value) / 1e3 if value is not None else float("nan")

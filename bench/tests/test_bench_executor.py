@@ -87,6 +87,28 @@ def test_a_cell_whose_mpcommit_runs_all_failed_the_gate_is_measured_but_not_judg
     assert row.endswith("| not shown (runs invalid) |") and "met" not in row
 
 
+def test_mpcommit_at_equal_completes_in_flight_is_judged_when_its_defaults_failed_the_gate(tmp_path: Path):
+    """The server on one core keeps the model's pace for 32 completes in flight but not for mpcommit's default
+    window: the targets are judged on ``mpcommit-32``'s valid runs, and the row says so and why."""
+    lines = [{"kind": "session", "session": "e1", "started": "2026-11-28 00:00:00 UTC", "git": {"code": "abc"}}]
+    runs = [r for r in _executor_runs() if r["files_target"] == 1000]
+    for r in [r for r in runs if r["variant"] == "mpcommit"]:
+        r["valid"] = False
+        r["gate"] = {"complete_ms": 117, "drawn_ms": 80, "late_share": 0.19}
+        runs.append({**r, "variant": "mpcommit-32", "valid": True, "seconds": 2.0, "job_commit_s": 0.2,
+                     "gate": {"complete_ms": 81, "drawn_ms": 80, "late_share": 0.0}})
+    (tmp_path / "executor.jsonl").write_text("\n".join(json.dumps(r) for r in lines + runs) + "\n")
+    text = "\n".join(render_targets(tmp_path, head="abc"))
+    row = next(line for line in text.splitlines() if line.startswith("| end to end <= 0.33x the tuned magic committer at 32"))
+    assert row.count("0.20x (") == 2 and "mpcommit with 32 requests in flight" in row  # 2 s / 10 s, and / 128's
+    assert "all 3 runs at its defaults failed the validity gate" in row
+    assert row.endswith("| met at 1,000 files; 10,000 not measured |")  # never "met" for a cell not run
+    commit = next(line for line in text.splitlines() if line.startswith("| job commit <= 0.25x"))
+    assert "0.20x (" in commit and "at 1,000 files" in commit  # 0.2 s / 1 s
+    table = "\n".join(render_executor({"e1": {"started": "2026-11-28 00:00:00 UTC"}}, runs))
+    assert "| mpcommit.spark.write, 32 in flight | 3 |" in table and "| mpcommit.spark.write | 3 (3 invalid) |" in table
+
+
 def test_the_task_cpu_table_shows_before_after_per_extra_file():
     runs = []
     for pair in range(3):
