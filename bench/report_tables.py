@@ -1084,7 +1084,7 @@ def _executor_latency_rows(latency: Sequence[Run], code: str | None, head: str) 
     valid_of = {v: judged([r for r in latency if r["variant"] == v]) for v in ("mpcommit", "mpcommit-32")}
     if not valid_of["mpcommit"] and valid_of["mpcommit-32"]:
         failed = [r for r in latency if r["variant"] == "mpcommit"]
-        footing = (f"; mpcommit with 32 requests in flight (the peer's committer threads): "
+        footing = ("; mpcommit with 32 requests in flight (the peer's committer threads): "
                    + (f"all {len(failed)} runs at its defaults failed the validity gate, the server on one core "
                       "outrun by its deeper window" if failed else "its defaults not run"))
         return _executor_latency_judged(latency, cells, "mpcommit-32", "mpcommit-32", footing + note)
