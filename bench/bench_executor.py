@@ -275,6 +275,11 @@ def child(args: argparse.Namespace) -> int:
         sampled = CpuMeter(None, None)
         sampled.find_jvm()
         sampled.start()
+    # Where the CPU goes (the driver's Python, the JVM, the Python workers): read per process at each run's start
+    # and end only -- no sampling thread, whose own CPU the cgroup would charge to the run. The cgroup's total
+    # stays the figure; a worker that ended within a run is missing from the split (its residue says how much).
+    split_meter = CpuMeter(None, None)
+    split_meter.find_jvm()
     direct = make_client(args.upstream)
     for v in variants:
         if v not in NO_STORE:
@@ -352,11 +357,13 @@ def child(args: argparse.Namespace) -> int:
                     prefix = f"n{files}-{network}/r{pair}/"
                     load = os.getloadavg()
                     _proxy_call(args.endpoint, "reset", "POST")
+                    s0 = split_meter.snapshot()
                     c0 = cpu_now()
                     t0 = time.perf_counter()
                     info = one_write(variant, frames[files], prefix)
                     seconds = time.perf_counter() - t0
                     c1 = cpu_now()
+                    split = CpuMeter.delta(s0, split_meter.snapshot())
                     stats = _proxy_call(args.endpoint, "stats")
                     ev = elog.window()
                     if variant == "local-disk":
@@ -374,6 +381,7 @@ def child(args: argparse.Namespace) -> int:
                         "variant": variant, "files_target": files, "network": network, "pair": pair,
                         "seconds": seconds, "job_commit_s": job_commit, "writer_s": seconds - job_commit,
                         "task_commit_s": task_commit_seconds(run), "cpu_s": (c1 - c0) if c0 is not None and c1 is not None else None,
+                        "cpu_split_s": split,
                         "executor_cpu_s": ev.get("executor_cpu_s"), "gc_s": ev.get("gc_s"), "tasks_run": ev.get("tasks"),
                         "files": listing["files"], "bytes": listing["bytes"], "pending_left": listing.get("pending_uploads"),
                         "success": listing.get("success"), "mp_timings": info.get("mp_timings"),
