@@ -225,7 +225,8 @@ def test_the_dictionary_judge_decides_as_an_exact_count_of_each_column(
         columns: list[tuple[str, int, bool]], sizes: list[int], seed: int) -> None:
     """Whatever the widths, chunks and cardinalities: a column keeps its dictionary exactly when its distinct values
     (Arrow's count, by bits) make dictionary plus indices smaller than its plain values -- the columns counted
-    together, per width, from their buffers in place."""
+    together, per width, from their buffers in place. Above the exact count's size a column goes by the estimate,
+    unless the lower bound on its distinct values already shows that its dictionary cannot pay."""
     import math
 
     import pyarrow.compute as pc
@@ -258,14 +259,70 @@ def test_the_dictionary_judge_decides_as_an_exact_count_of_each_column(
         values = len(column) - column.null_count
         if values == 0:
             return True
-        if column.null_count or len(column) > parquet_module._EXACT_UP_TO:
+        if column.null_count:
             return parquet_module._dictionary_pays(column)  # the estimate, not under test here
         width = column.type.bit_width // 8
         bits = pa.Array.from_buffers(pa.uint8() if width == 1 else getattr(pa, f"uint{8 * width}")(), len(column),
                                      column.combine_chunks().buffers())
         distinct = pc.count_distinct(bits).as_py()
-        return distinct * width + values * max(1, math.ceil(math.log2(max(distinct, 2)))) / 8 < values * width
+        exact = distinct * width + values * max(1, math.ceil(math.log2(max(distinct, 2)))) / 8 < values * width
+        if len(column) <= parquet_module._EXACT_UP_TO:
+            return exact
+        bound = parquet_module._distinct_at_least([bits.to_numpy()])[0]
+        assert bound <= distinct
+        if not parquet_module._pays(values, width, bound):
+            assert not exact  # what the bound settles, it settles as the count would
+            return False
+        return parquet_module._dictionary_pays(column)  # the estimate, not under test here
 
     chosen = dictionary_columns(table)
     kept = set(table.schema.names) if chosen is True else set(chosen)
     assert kept == {name for name in table.schema.names if pays(name)}
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    width=st.sampled_from([1, 2, 4, 8]),
+    rows=st.integers(1, 20_000),
+    cardinality=st.integers(1, 40_000),
+    layout=st.sampled_from(["random", "runs", "strided", "sorted"]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_the_distinct_bound_never_exceeds_the_count(width: int, rows: int, cardinality: int, layout: str,
+                                                     seed: int) -> None:
+    """The bound the dictionary judge settles most columns by is a lower bound on the distinct values whatever
+    the values and their order: a bound above the count would take a paying dictionary away."""
+    rng = np.random.default_rng(seed)
+    dtype = np.dtype(f"<u{width}")
+    top = min(cardinality, 2 ** (8 * width))
+    if layout == "random":
+        values = rng.integers(0, top, rows, dtype=np.uint64)
+    elif layout == "runs":
+        values = np.repeat(rng.integers(0, 2**63, top, dtype=np.uint64), -(-rows // top))[:rows]
+    elif layout == "strided":
+        values = (np.arange(rows, dtype=np.uint64) % top) * np.uint64(rng.integers(1, 2**20))
+    else:
+        values = np.sort(rng.integers(0, 2**63, top, dtype=np.uint64))[np.arange(rows) % top]
+    values = values.astype(dtype)  # the column's bits, wrapped to its width
+    other = rng.integers(0, 2**63, rows, dtype=np.uint64).astype(dtype)
+    bounds = parquet_module._distinct_at_least([values, other])
+    assert bounds[0] <= len(np.unique(values)) and bounds[1] <= len(np.unique(other))
+    assert bounds[0] >= 1
+
+
+@pytest.mark.parametrize("rows", [5_000, 6_700, 27_000, 131_072])
+def test_the_distinct_bound_settles_columns_of_ids_and_measurements(rows: int) -> None:
+    """What the bound is for: columns of unique ids (in runs, strided, shuffled) and of random doubles or floats
+    are shown to have too many distinct values for a dictionary, without a count or an estimate."""
+    rng = np.random.default_rng(rows)
+    columns = {
+        8: [np.arange(rows, dtype=np.uint64), np.arange(rows, dtype=np.uint64) * np.uint64(125) + np.uint64(3),
+            rng.permutation(rows).astype(np.uint64), rng.random(rows).view(np.uint64),
+            (rng.random(rows) * 1000).round(3).view(np.uint64)],
+        4: [np.arange(rows, dtype=np.uint32), rng.random(rows).astype(np.float32).view(np.uint32)],
+    }
+    for width, same in columns.items():
+        for values, bound in zip(same, parquet_module._distinct_at_least(same)):
+            distinct = len(np.unique(values))
+            assert bound >= 0.85 * distinct, (width, bound, distinct)
+            assert not parquet_module._pays(rows, width, bound)
