@@ -172,6 +172,19 @@ def test_pieces_are_combined_and_the_bytes_kept_for_a_small_file(monkeypatch: py
     assert data == plain_write(fmt, batches, [2_700])
 
 
+def test_pieces_of_a_file_above_a_quarter_page_in_all_are_combined_when_each_column_is_below() -> None:
+    """A 6,700-row file of an id and four doubles (a 1,000-file job's, issue 39): 268 KB of Arrow data in all, too
+    much for the whole table's bound, 54 KB a column -- a page is one column's, so the pieces are combined, and the
+    bytes are the plain write's."""
+    batches = batches_of(["int64", "double", "double", "double", "double"], [80] * 83 + [60], seed=4)
+    table = pa.Table.from_batches(batches)
+    bound = sum(b.get_total_buffer_size() for b in batches)
+    assert 4 * bound >= parquet_module._PAGE_MAX_BYTES
+    assert parquet_module._one_page_per_column(table, bound)
+    fmt = ParquetFormat()
+    assert bytes(written(fmt, batches).data) == plain_write(fmt, batches, [table.num_rows])
+
+
 @pytest.mark.parametrize("kinds,sizes,why", [
     (["int64", "double"], [9_000] * 3, "as many rows as a page may hold"),
     (["string"], [200] * 2, None),
