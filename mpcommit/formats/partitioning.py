@@ -272,6 +272,15 @@ def first_appearances(ids: np.ndarray) -> np.ndarray:
     return distinct[np.argsort(first, kind="stable")]
 
 
+def stable_order(ids: np.ndarray) -> np.ndarray:
+    """The indices that sort ``ids`` (small non-negative integers: path ids, ranks), equal ids in their order.
+    Ids that fit 16 bits are sorted as such: numpy sorts 16-bit keys by radix, 2 ms for a spill buffer's 200,000
+    rows where the same ids as int64 took 15 ms by merge sort (issue 39)."""
+    if len(ids) and int(ids.max()) < 1 << 16:
+        ids = ids.astype(np.uint16)
+    return np.argsort(ids, kind="stable")
+
+
 def split_batch(batch: pa.RecordBatch, partition_columns: Sequence[str], *,
                 keys: PartitionKeys | None = None) -> list[tuple[str, pa.RecordBatch]]:
     """Group the rows of ``batch`` by partition: ``[(partition path, rows without the partition columns)]``,
@@ -295,7 +304,7 @@ def split_batch(batch: pa.RecordBatch, partition_columns: Sequence[str], *,
     rank = np.empty(int(ids.max()) + 1, dtype=np.int64)
     rank[order] = np.arange(len(order))
     ranks = rank[ids]
-    ordered = data.take(pa.array(np.argsort(ranks, kind="stable")))
+    ordered = data.take(pa.array(stable_order(ranks)))
     bounds = np.concatenate([[0], np.cumsum(np.bincount(ranks, minlength=len(order)))])
     return [(keys.paths[pid], ordered.slice(int(bounds[g]), int(bounds[g + 1] - bounds[g])))
             for g, pid in enumerate(order)]
@@ -406,7 +415,7 @@ class _Spill:
         rows = pa.concat_batches(self._buffer) if len(self._buffer) > 1 else self._buffer[0]
         ids = np.concatenate(self._buffer_ids) if len(self._buffer_ids) > 1 else self._buffer_ids[0]
         self._buffer, self._buffer_ids, self._buffered = [], [], 0
-        order = np.argsort(ids, kind="stable")
+        order = stable_order(ids)
         ids = ids[order]
         rows = rows.take(pa.array(order))
         starts = np.flatnonzero(np.concatenate([[True], ids[1:] != ids[:-1]]))

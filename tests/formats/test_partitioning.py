@@ -23,6 +23,7 @@ from mpcommit.formats.partitioning import (
     partition_value_text,
     resolve_partition_columns,
     split_batch,
+    stable_order,
 )
 from mpcommit.protocol.layout import DEFAULT_PARTITION, parse_partition_path
 
@@ -371,3 +372,15 @@ def test_every_row_lands_once_in_its_partition_in_order(keys, batch_size, max_op
     assert stats.rows == len(keys)
     if max_records:
         assert all(s.rows <= max_records for s in tracker.sinks)
+
+
+@settings(max_examples=100, deadline=None)
+@given(ids=st.lists(st.integers(0, 70_000), max_size=3_000), small=st.booleans())
+def test_stable_order_sorts_ids_keeping_equal_ones_in_order(ids: list[int], small: bool) -> None:
+    """The spill's and the split's reordering: the ids sorted, equal ids in the order they came, whether the ids
+    fit the 16-bit radix sort or not."""
+    import numpy as np
+
+    values = np.array([i % 300 if small else i for i in ids], dtype=np.int64)
+    order = stable_order(values)
+    assert sorted(range(len(values)), key=lambda i: (values[i], i)) == order.tolist()
