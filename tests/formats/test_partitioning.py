@@ -199,8 +199,9 @@ def test_string_views_are_looked_up_as_strings() -> None:
 
 
 def test_interleaved_partitions_go_to_the_spill_a_batch_at_a_time(tmp_path, monkeypatch) -> None:  # noqa: ANN001
-    """Every batch holds 500 partitions: the writer hands the set-aside rows to the spill as one piece per batch,
-    never one per partition, and an open file gets a compact copy of its rows (a slice would pin the batch)."""
+    """Every batch holds 500 partitions: the writer hands its rows to the spill as one piece per batch, never one per
+    partition -- the two open files' rows too (0.4% of each batch: a take apiece would cost more than they are
+    worth), which those files take up again at close, after the rows they had."""
     import numpy as np
 
     from mpcommit.formats import partitioning
@@ -218,12 +219,44 @@ def test_interleaved_partitions_go_to_the_spill_a_batch_at_a_time(tmp_path, monk
     for start in range(0, 20_000, 5_000):
         ids = np.arange(start, start + 5_000, dtype=np.int64)
         w.write(pa.record_batch({"id": ids, "p": (ids % 500).astype(np.int32)}))
-    assert pieces == [4_980] * 4
-    assert all(b.column(0).buffers()[1].size <= 10 * 8 for b in written), "compact copies"
+    assert pieces == [5_000] * 4 and written == []
     stats = w.close()
-    assert stats.files == 500 and stats.spilled_partitions == 498
+    assert stats.files == 500 and stats.spilled_partitions == 500 and stats.max_open == 2
     got = tracker.rows_by_partition()
     assert [r["id"] for r in got["p=7"]] == list(range(7, 20_000, 500))
+
+
+def test_open_files_stream_while_they_hold_most_rows_and_go_on_from_the_spill_after(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """Two partitions stream straight to their files, one compact copy of their rows per batch (a slice would pin
+    the batch); when later batches spread over many partitions, everything is set aside and the two files go on
+    with their rows from the spill -- one file each, rows in arrival order, never more than two files open."""
+    import numpy as np
+
+    from mpcommit.formats import partitioning
+
+    written: list[pa.RecordBatch] = []
+    real_write = partitioning._Output.write
+    monkeypatch.setattr(partitioning._Output, "write", lambda self, b: (written.append(b), real_write(self, b)))
+    tracker = Tracker()
+    w = PartitionedWriter(fmt=make_format("parquet"), open_sink=tracker.open, partition_columns=["p"],
+                          max_open_writers=2, spill_dir=str(tmp_path))
+    # 3 batches of two partitions and one row in ten of a third (set aside: 10% of each batch), then 2 of 50.
+    for start in range(0, 3_000, 1_000):
+        ids = np.arange(start, start + 1_000, dtype=np.int64)
+        w.write(pa.record_batch({"id": ids, "p": np.where(ids % 10 == 9, 2, ids % 2).astype(np.int32)}))
+    streamed = list(written)
+    assert len(streamed) == 6 and all(b.column(0).buffers()[1].size <= 500 * 8 for b in streamed), "compact copies"
+    for start in range(3_000, 5_000, 1_000):
+        ids = np.arange(start, start + 1_000, dtype=np.int64)
+        w.write(pa.record_batch({"id": ids, "p": (ids % 50).astype(np.int32)}))
+    assert len(written) == 6, "spread batches are set aside whole"
+    stats = w.close()
+    assert stats.files == 50 and tracker.peak_open == 2 and stats.max_open == 2
+    got = tracker.rows_by_partition()
+    assert [r["id"] for r in got["p=0"]] == list(range(0, 3_000, 2)) + list(range(3_000, 5_000, 50))
+    assert [r["id"] for r in got["p=1"]] == [i for i in range(1, 3_000, 2) if i % 10 != 9] + list(range(3_001, 5_000, 50))
+    assert [r["id"] for r in got["p=2"]] == list(range(9, 3_000, 10)) + list(range(3_002, 5_000, 50))
+    assert len({s.path for s in tracker.sinks}) == 50
 
 
 def test_partition_columns_resolve_like_spark() -> None:
@@ -280,12 +313,13 @@ def test_more_partitions_than_open_writers_falls_back_to_sorted_writes(tmp_path)
     for start in range(0, len(keys), 100):
         w.write(batch_of(keys[start:start + 100], start=start))
     stats = w.close()
-    # Never more than 3 files open at once, whatever the number of partitions ...
-    assert tracker.peak_open == 3 and stats.max_open == 3
-    # ... yet one file per partition: the first three kept their writers, the others were written sorted.
+    # Never more than 3 files open at once, whatever the number of partitions (here one: all from the spill) ...
+    assert tracker.peak_open == 1 and stats.max_open == 3
+    # ... yet one file per partition, each written from the spill in path order: the three writers opened by the
+    # first batch had 3 of its 100 rows, so its rows and every later batch's were set aside.
     assert stats.files == 37 and len({s.path for s in tracker.sinks}) == 37
-    assert stats.spilled_partitions == 34 and stats.spilled_rows == 34 * 20
-    assert [s.path for s in tracker.sinks[3:]] == sorted(s.path for s in tracker.sinks[3:])
+    assert stats.spilled_partitions == 37 and stats.spilled_rows == 37 * 20
+    assert [s.path for s in tracker.sinks] == sorted(s.path for s in tracker.sinks)
     got = tracker.rows_by_partition()
     for i in range(37):
         seqs = [r["seq"] for r in got[f"k=p{i:02d}"]]

@@ -213,7 +213,7 @@ def test_sorted_partition_path_overlaps_files_and_keeps_every_row():
                                        "v": pa.array(range(start, start + 500))}))
         stats = out.close()
         result = task.commit()
-    assert stats.spilled_partitions == 24 and result.files == 25 and result.rows == 2000
+    assert stats.spilled_partitions == 25 and result.files == 25 and result.rows == 2000
     assert sorted(u.rows for u in result.manifest.uploads) == [80] * 25
     assert store.max_inflight >= 3, store.max_inflight
 
