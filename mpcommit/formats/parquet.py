@@ -372,7 +372,7 @@ def _fixed_width_bits(column: pa.ChunkedArray, width: int) -> np.ndarray | None:
     nulls, as unsigned integers of that width (a view of the column's buffer when it is one chunk), or None."""
     if not width or not len(column) or column.null_count:
         return None
-    head = column.slice(0, _JUDGED_VALUES)
+    head = column if len(column) <= _JUDGED_VALUES else column.slice(0, _JUDGED_VALUES)
     array = head.chunk(0) if head.num_chunks == 1 else head.combine_chunks()
     return np.frombuffer(array.buffers()[1], dtype=f"<u{width}", count=len(array) + array.offset)[array.offset:]
 
