@@ -967,6 +967,21 @@ def render_executor(sessions: Sessions, runs: Sequence[Run]) -> list[str]:
         out += ["", f"**Client CPU per extra file, {small:,} -> {large:,} files, "
                 f"{NETWORK_LABELS.get(network, network)}** (each round's two runs of a variant)", ""]
         out += md_table(["variant", "CPU per extra file", f"÷ {EXECUTOR_LABELS[EXECUTOR_BASE]}"], rows)
+    split_rows = []
+    for (network, files), rs in sorted(_group(runs, "network", "files_target").items(),
+                                       key=lambda kv: (str(kv[0][0]), kv[0][1] or 0)):
+        for v in [v for v in EXECUTOR_ORDER if any(r["variant"] == v and r.get("cpu_split_s") for r in rs)]:
+            vok = [r for r in judged(rs) if r["variant"] == v and r.get("cpu_split_s")]
+            if vok:
+                split_rows.append([f"{files:,}, {NETWORK_LABELS.get(network, network)}", EXECUTOR_LABELS.get(v, v), len(vok)]
+                                  + [fmt_seconds(median((r["cpu_split_s"] or {}).get(k) for r in vok))
+                                     for k in ("driver_python", "jvm", "python_workers")]
+                                  + [fmt_seconds(median(r.get("cpu_s") for r in vok))])
+    if split_rows:
+        out += ["", "**Where the client CPU goes** (medians of the valid runs; each process's CPU read at the run's "
+                "start and end, the cgroup's total beside it: a worker that ended within a run is in the total only)", ""]
+        out += md_table(["files, network", "variant", "runs", "driver (Python)", "JVM (driver and executor)",
+                         "Python workers", "all (cgroup)"], split_rows)
     return out or ["", "_No records yet: `python -m bench.bench_executor` (the full run's `executor` step)._"]
 
 
@@ -1018,12 +1033,31 @@ def _executor_rows(results: Path, head: str) -> list[list[str]]:
     CPU on the raw network where it was measured (no waits for the model's latency; the same work), else with
     latency. Each from the newest code that has such runs (the head's first), named when it is older."""
     sessions, runs = load([results / "executor.jsonl"])
-    latency, code = _newest_with(sessions, runs, head, lambda r: r.get("network") == "s3")
+    latency, code = _newest_per_cell(sessions, runs, head, lambda r: r.get("network") == "s3")
     rows = _executor_latency_rows(latency, code, head)
     raw, raw_code = _newest_with(sessions, runs, head, lambda r: r.get("network") == "raw")
     if {"mpcommit", EXECUTOR_BASE} <= {r["variant"] for r in raw}:
         rows[2], rows[3] = _executor_cpu_rows(raw, raw_code, head, rows[2], rows[3])
     return rows
+
+
+def _newest_per_cell(sessions: Sessions, runs: Sequence[Run], head: str, keep: Callable[[Run], bool],
+                     ) -> tuple[list[Run], str | None]:
+    """The runs ``keep`` takes, each cell of files from the head's code when it has runs of that cell, else from
+    the newest code that has (a cell that takes most of a day to run is not dropped when the code changes after it
+    ran); with the code's name, or the older codes' per cell when any is older than the head's."""
+    by_code = runs_by_code(sessions, runs)
+    codes = ([head] if head in by_code else []) + [c for c in reversed(by_code) if c != head]
+    chosen: dict[Any, tuple[str, list[Run]]] = {}
+    for code in codes:
+        for r in by_code[code]:
+            if keep(r) and chosen.setdefault(r.get("files_target"), (code, []))[0] == code:
+                chosen[r.get("files_target")][1].append(r)
+    if not chosen:
+        return [], None
+    older = {files: code for files, (code, _) in chosen.items() if code != head}
+    name = head if not older else "; ".join(f"{files:,} files at {code}" for files, code in sorted(older.items()))
+    return [r for _, rs in chosen.values() for r in rs], name
 
 
 def _newest_with(sessions: Sessions, runs: Sequence[Run], head: str, keep: Callable[[Run], bool],
@@ -1202,7 +1236,9 @@ def _bounds_verdict(figures: Sequence[tuple[float | None, float]]) -> str:
 
 
 def _code_note(code: str | None, head: str) -> str:
-    return "" if code in (None, head) else f" (at older code {code})"
+    if code in (None, head):
+        return ""
+    return f" (at older code {code})" if " files at " not in code else f" (older code for some cells: {code})"
 
 
 def _peer_rows(results: Path, head: str) -> list[list[str]]:

@@ -58,6 +58,17 @@ def test_the_executor_table_pairs_valid_runs_and_names_the_invalid(tmp_path: Pat
     assert "Client CPU per extra file, 1,000 -> 10,000 files" in text
     # mpcommit: (40 - 10) / 9000 s = 3.33 ms per extra file; tuned-32: 10 ms -> 0.33x
     assert "3.33 ms" in text and "0.33x" in text
+    assert "Where the client CPU goes" not in text  # no run recorded its split
+
+
+def test_the_executor_table_splits_the_client_cpu_by_process():
+    runs = _executor_runs()
+    for r in runs:
+        r["cpu_split_s"] = {"driver_python": 0.5, "jvm": r["cpu_s"] - 4.5, "python_workers": 4.0}
+    text = "\n".join(render_executor({"e1": {"started": "2026-11-28 00:00:00 UTC"}}, runs))
+    assert "Where the client CPU goes" in text
+    # mpcommit at 1,000 files: cpu_s 10, 11, 12 -> JVM median 6.5 s
+    assert "| 1,000, with the S3-like network (profile `s3`) | mpcommit.spark.write | 3 | 500 ms | 6.50 s | 4.00 s | 11.00 s |" in text
 
 
 def test_the_targets_table_is_computed_from_the_records(tmp_path: Path):
@@ -107,6 +118,23 @@ def test_mpcommit_at_equal_completes_in_flight_is_judged_when_its_defaults_faile
     assert "0.20x (" in commit and "at 1,000 files" in commit  # 0.2 s / 1 s
     table = "\n".join(render_executor({"e1": {"started": "2026-11-28 00:00:00 UTC"}}, runs))
     assert "| mpcommit.spark.write, 32 in flight | 3 |" in table and "| mpcommit.spark.write | 3 (3 invalid) |" in table
+
+
+def test_a_latency_cell_not_run_again_at_the_head_is_judged_on_the_newest_code_that_ran_it(tmp_path: Path):
+    """The head's code ran 1,000 files with latency; 10,000 files (most of a day) ran only at older code: the
+    targets read each cell from the newest code that ran it, and name the older code and its cell."""
+    lines = [{"kind": "session", "session": "old", "started": "2026-11-28 00:00:00 UTC", "git": {"code": "old1"}},
+             {"kind": "session", "session": "new", "started": "2026-11-29 00:00:00 UTC", "git": {"code": "abc"}}]
+    old = [{**r, "session": "old"} for r in _executor_runs()]
+    new = [{**r, "session": "new", "seconds": r["seconds"] / 2} for r in _executor_runs() if r["files_target"] == 1000
+           and r["variant"] != "mpcommit"] + [{**r, "session": "new", "seconds": r["seconds"] / 4}
+                                               for r in _executor_runs() if r["files_target"] == 1000 and r["variant"] == "mpcommit"]
+    (tmp_path / "executor.jsonl").write_text("\n".join(json.dumps(r) for r in lines + old + new) + "\n")
+    row = next(line for line in "\n".join(render_targets(tmp_path, head="abc")).splitlines()
+               if line.startswith("| end to end <= 0.33x the tuned magic committer at 32"))
+    # 1,000 files at the head: (10 / 8) / (20 / 4) = 0.25x; 10,000 at old1: (40 / 2) / (110 / 2) = 0.36x.
+    assert "0.25x (" in row and "at 1,000 files" in row and "0.36x (" in row and "at 10,000 files" in row
+    assert "(older code for some cells: 10,000 files at old1)" in row and row.endswith("| **missed** |")
 
 
 def test_the_task_cpu_table_shows_before_after_per_extra_file():
