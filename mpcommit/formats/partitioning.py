@@ -7,8 +7,10 @@ runs out of concurrent writers: the rest of the task's rows for *new* partitions
 afterwards sorted by partition, one file at a time. Here "set aside" is a spill to a local Arrow IPC file
 with an index of which batches belong to which partition: every 8 MiB of set-aside rows are sorted once by
 partition (a stable sort of small integer ids, so row order inside a partition is kept) and written as one
-batch per partition. Rows for partitions that already have an open file keep going into it, so no partition
-gets a second file without need.
+batch per partition. Rows for partitions that already have an open file keep going into it while they are a good
+share of what arrives; once most of a batch is set aside, their rows are set aside with the rest (a take per open
+file per batch cost more than the few rows it moved: issue 39), and each such file goes on with them at close,
+before the other partitions: no partition gets a second file without need, and never more files are open at once.
 
 A batch is routed whole, never split into its partitions in Python: each row's partition becomes a small
 integer id in Arrow's and numpy's kernels (:class:`PartitionKeys`: only a value the task has not seen before
