@@ -1324,34 +1324,45 @@ def _driver_row(results: Path, head: str) -> list[str]:
 
 
 def _task_cpu_row(results: Path, head: str) -> list[str]:
-    """Issue 39's before/after of the task side: CPU per extra file, mpcommit's own, per round."""
+    """Issue 39's before/after of the task side: CPU per extra file, mpcommit's own, per round -- one clause per
+    code compared against (issue 39's baseline and later ones: "before" is whatever commit a session named), the
+    verdict "cut" only where an interval of after ÷ before lies below 1."""
     from .bench_task_cpu import per_file_ms
 
     sessions, runs, code = _target_runs(results, "task_cpu", head)
     label = "the task side's CPU per file cut, before and after (issue 39, one task of 1,250 interleaved partitions)"
-    by = {(r["session"], r["pair"], r["variant"], r["values"]): r for r in runs}
-    per: dict[str, list[float]] = {"before": [], "after": []}
-    ratios = []
-    for (session, pair, variant, values), r in by.items():
-        if values != max(v for (_, _, _, v) in by):
+    baselines: dict[str, set[Any]] = {}
+    for r in runs:
+        if r["variant"] == "before":
+            baselines.setdefault(str(r.get("code_ran")), set()).add(r["session"])
+    clauses, cut_against = [], []
+    for baseline, in_sessions in baselines.items():
+        by = {(r["session"], r["pair"], r["variant"], r["values"]): r for r in runs if r["session"] in in_sessions}
+        if not by:
             continue
-        small = by.get((session, pair, variant, min(v for (_, _, _, v) in by)))
-        if small is not None:
+        small_n, large_n = min(v for (_, _, _, v) in by), max(v for (_, _, _, v) in by)
+        per: dict[str, list[float]] = {"before": [], "after": []}
+        ratios = []
+        for (session, pair, variant, values), r in by.items():
+            small = by.get((session, pair, variant, small_n))
+            if values != large_n or small is None:
+                continue
             per[variant].append(per_file_ms(small, r))
-    for (session, pair, variant, values), r in by.items():
-        if variant == "after" and values == max(v for (_, _, _, v) in by):
-            small = by.get((session, pair, "after", min(v for (_, _, _, v) in by)))
-            b_large = by.get((session, pair, "before", values))
-            b_small = by.get((session, pair, "before", min(v for (_, _, _, v) in by)))
-            if small and b_large and b_small:
+            b_large, b_small = by.get((session, pair, "before", large_n)), by.get((session, pair, "before", small_n))
+            if variant == "after" and b_large and b_small:
                 ratios.append(per_file_ms(small, r) / per_file_ms(b_small, b_large))
-    if not per["after"]:
+        if not per["after"]:
+            continue
+        ratio = Summary.of(ratios)
+        clauses.append(f"against {baseline}: {fmt_figure(Summary.of(per['before']), _ms)} before, "
+                       f"{fmt_figure(Summary.of(per['after']), _ms)} after; after ÷ before {fmt_ratio(ratio, bold=False)}")
+        upper = {"bootstrap": ratio.ci[1] if ratio.ci else None, "range": ratio.hi}.get(interval_kind(ratio))  # as shown
+        if upper is not None and upper < 1.0:
+            cut_against.append(baseline)
+    if not clauses:
         return [label, "–", "not measured"]
-    before, after = Summary.of(per["before"]), Summary.of(per["after"])
-    return [label, f"{fmt_figure(before, _ms)} before, {fmt_figure(after, _ms)} after, process CPU per extra file; "
-            f"after ÷ before {fmt_ratio(Summary.of(ratios), bold=False)}" + _code_note(code, head),
-            "cut" if after.median is not None and before.median is not None and after.median < before.median
-            else "**not cut**"]
+    return [label, "process CPU per extra file, " + "; ".join(clauses) + _code_note(code, head),
+            f"cut (against {', '.join(cut_against)})" if cut_against else "**not shown cut**"]
 
 
 def _ms(x: float | None) -> str:

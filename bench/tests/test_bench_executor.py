@@ -137,6 +137,35 @@ def test_a_latency_cell_not_run_again_at_the_head_is_judged_on_the_newest_code_t
     assert "(older code for some cells: 10,000 files at old1)" in row and row.endswith("| **missed** |")
 
 
+def _task_cpu_session(session: str, before_code: str, before_ms: float, after_ms: float) -> list[dict]:
+    runs = []
+    for pair in range(6):
+        for variant, ms in (("before", before_ms), ("after", after_ms)):
+            small = 1.0 + 0.01 * pair
+            for values, cpu in ((125, small), (1250, small + ms * (1250 - 125) / 1000 * (1 + 0.02 * pair))):
+                runs.append({"kind": "run", "session": session, "pair": pair, "variant": variant, "values": values,
+                             "files": values, "cpu_s": cpu, "code_ran": before_code if variant == "before" else "abc"})
+    return runs
+
+
+def test_the_task_cpu_target_names_each_baseline_and_says_cut_only_where_the_interval_is_below_one(tmp_path: Path):
+    """Two sessions of the head's code: one against issue 39's baseline (2 ms -> 1 ms a file), one against the
+    code just before a later change (1 ms -> 1 ms): each its clause; the verdict is the first's."""
+    lines = [{"kind": "session", "session": s, "started": f"2026-11-29 0{i}:00:00 UTC", "git": {"code": "abc"}}
+             for i, s in enumerate(("t1", "t2"))]
+    runs = _task_cpu_session("t1", "3aed9ad", 2.0, 1.0) + _task_cpu_session("t2", "79812b3", 1.0, 1.0)
+    (tmp_path / "task_cpu.jsonl").write_text("\n".join(json.dumps(r) for r in lines + runs) + "\n")
+    row = next(line for line in "\n".join(render_targets(tmp_path, head="abc")).splitlines()
+               if line.startswith("| the task side's CPU per file cut"))
+    assert "against 3aed9ad: " in row and "after ÷ before 0.50x" in row
+    assert "against 79812b3: " in row and "after ÷ before 1.00x" in row
+    assert row.endswith("| cut (against 3aed9ad) |")
+    (tmp_path / "task_cpu.jsonl").write_text("\n".join(json.dumps(r) for r in lines[1:] + runs[len(runs) // 2:]) + "\n")
+    row = next(line for line in "\n".join(render_targets(tmp_path, head="abc")).splitlines()
+               if line.startswith("| the task side's CPU per file cut"))
+    assert row.endswith("| **not shown cut** |")
+
+
 def test_the_task_cpu_table_shows_before_after_per_extra_file():
     runs = []
     for pair in range(3):
