@@ -987,11 +987,25 @@ def render_executor(sessions: Sessions, runs: Sequence[Run]) -> list[str]:
 
 def render_task_cpu(sessions: Sessions, runs: Sequence[Run]) -> list[str]:
     """Issue 39 item 3: one task's client CPU (process CPU, every thread) before and after, per cell of partition
-    values, and per extra file within each round."""
-    from .bench_task_cpu import JOB_TASKS, per_file_ms
-
+    values, and per extra file within each round -- a table per code compared against ("before" is whatever commit
+    a session named: medians over two baselines would mean nothing)."""
     if not runs:
         return ["", "_No records yet: `python -m bench.bench_task_cpu` (the full run's `task-cpu` step)._"]
+    baselines: dict[str, set[Any]] = {}
+    for r in runs:
+        if r["variant"] == "before":
+            baselines.setdefault(str(r.get("code_ran")), set()).add(r["session"])
+    if len(baselines) < 2:
+        return _render_task_cpu_one(sessions, runs)
+    out: list[str] = []
+    for baseline, in_sessions in baselines.items():
+        out += ["", f"**Against {baseline}**"] + _render_task_cpu_one(sessions, [r for r in runs if r["session"] in in_sessions])
+    return out
+
+
+def _render_task_cpu_one(sessions: Sessions, runs: Sequence[Run]) -> list[str]:
+    from .bench_task_cpu import JOB_TASKS, per_file_ms
+
     out: list[str] = []
     values = sorted({r["values"] for r in runs})
     codes = {v: _distinct(r.get("code_ran") for r in runs if r["variant"] == v) for v in ("before", "after")}

@@ -160,6 +160,10 @@ def test_the_task_cpu_target_names_each_baseline_and_says_cut_only_where_the_int
     assert "against 3aed9ad: " in row and "after ÷ before 0.50x" in row
     assert "against 79812b3: " in row and "after ÷ before 1.00x" in row
     assert row.endswith("| cut (against 3aed9ad) |")
+    sessions = {sid: {"started": "2026-11-29 00:00:00 UTC"} for sid in ("t1", "t2")}
+    text = "\n".join(render_task_cpu(sessions, runs))
+    assert "**Against 3aed9ad**" in text and "**Against 79812b3**" in text
+    assert "| before (3aed9ad) |" in text and "| before (79812b3) |" in text and "3aed9ad, 79812b3" not in text
     (tmp_path / "task_cpu.jsonl").write_text("\n".join(json.dumps(r) for r in lines[1:] + runs[len(runs) // 2:]) + "\n")
     row = next(line for line in "\n".join(render_targets(tmp_path, head="abc")).splitlines()
                if line.startswith("| the task side's CPU per file cut"))
