@@ -32,8 +32,8 @@ class CompleteTransport(str, Enum):
     """How CompleteMultipartUpload, the job commit's one request per file, is sent (mpcommit.store.transport), and
     with it a task's requests per file: CreateMultipartUpload, UploadPart of parts up to 1 MiB, its manifest's PUT.
 
-    ``crt``: built by mpcommit, signed by the AWS Common Runtime's SigV4 signer and sent on its asynchronous HTTP
-    connections -- many completes in flight from one thread, a fraction of boto3's client CPU. ``boto3``: through
+    ``crt``: built and signed by mpcommit (botocore's signature) and sent on the AWS Common Runtime's asynchronous
+    HTTP connections -- many completes in flight from one thread, a fraction of boto3's client CPU. ``boto3``: through
     boto3 like every other request. ``auto`` (the default): the CRT wherever it is equivalent to boto3 -- awscrt
     imports, the store made its own client (so it knows the credentials) and no HTTP proxy is configured -- else
     boto3. ``crt`` where it cannot be used is a UsageError naming why.

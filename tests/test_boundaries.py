@@ -25,8 +25,8 @@ LAYERS: dict[str, int] = {
 ONLY_IN: dict[str, tuple[str, ...]] = {
     "boto3": ("store.session",),   # the one AWS boundary: store/session.py makes every client, Glue's too
     "botocore": ("store",),        # its exceptions, model and endpoint rules, which the store's requests speak
-    # the CRT transport of CompleteMultipartUpload and a task's requests (its signer, its connections), nothing else
-    "awscrt": ("store.crt_transport", "store.crt_signing", "store.crt_connections"),
+    # the CRT transport of CompleteMultipartUpload and a task's requests (its connections), nothing else
+    "awscrt": ("store.crt_transport", "store.crt_connections"),
     "urllib3": ("store",),
     "tenacity": (),                # no longer used: the retry policy is store/retry.py's own (Attempts)
     "pyspark": ("spark", "catalog", "demo"),  # the Spark binding, the Spark session catalog, and the demo job

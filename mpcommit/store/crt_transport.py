@@ -1,11 +1,10 @@
-"""The CRT transport: CompleteMultipartUpload signed by the AWS Common Runtime's SigV4 signer and sent on its
-asynchronous HTTP/1.1 connections (:mod:`mpcommit.store.transport_choice` says when it is used, and
+"""The CRT transport: CompleteMultipartUpload sent on the AWS Common Runtime's asynchronous HTTP/1.1 connections (:mod:`mpcommit.store.transport_choice` says when it is used, and
 :mod:`mpcommit.store.transport` builds the request); and, the same way, a task's per-file requests
 (CreateMultipartUpload, small parts, its manifest), waited for.
 
 ``awscrt.http`` does all its IO on an event-loop thread of its own, in C: writing the request, parsing the
 answer. So :meth:`CrtCompleter.start` only builds and signs a request on the caller's thread
-(:mod:`.crt_signing`: botocore's signature, byte for byte) and hands it to a connection (:mod:`.crt_connections`:
+(:mod:`.signing`: botocore's signature, byte for byte) and hands it to a connection (:mod:`.crt_connections`:
 a pool per host); the answer comes back through a callback on the event-loop thread. Hundreds of completes can be
 in flight from one Python thread (the commit's driver keeps them so: :func:`mpcommit.pool.run_windowed`), where a
 blocking client needs a thread per request. :meth:`CrtCompleter.complete` is the same, waited for.
@@ -20,6 +19,7 @@ stops the watchdog; the event loop ends with the completer.
 from __future__ import annotations
 
 import datetime
+import hashlib
 import io
 import logging
 import threading
@@ -28,14 +28,16 @@ from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
+from awscrt import __version__ as awscrt_version
+from awscrt import http as crt_http
 from awscrt import io as crt_io
 from awscrt.exceptions import AwsCrtError
 from botocore.exceptions import ConnectionClosedError, ConnectTimeoutError, ReadTimeoutError, SSLError
 from botocore.httpsession import get_cert_path
 
 from .crt_connections import Exchange, HostConnections, Parse, RequestBody
-from .crt_signing import UNSIGNED_PAYLOAD, CrtSigner
 from .polled_http import PolledRequests
+from .signing import UNSIGNED_PAYLOAD, SigV4Signer
 from .transport import (
     Done,
     complete_body,
@@ -64,7 +66,7 @@ def _complete_answer(status: int, _headers: dict[str, str], data: bytes) -> str:
 
 
 class CrtCompleter:
-    """CompleteMultipartUpload signed by the CRT's SigV4 signer and sent on CRT connections. Thread-safe.
+    """CompleteMultipartUpload signed as botocore signs it and sent on CRT connections. Thread-safe.
 
     ``security``: the security parameters (:func:`mpcommit.store.security.security_parameters`); ``headers``: the
     same as the headers every complete carries (:func:`mpcommit.store.transport.header_fields`).
@@ -77,7 +79,8 @@ class CrtCompleter:
                  operation_headers: dict[str, Sequence[tuple[str, str]]] | None = None,
                  max_connections: int, connect_timeout: float, read_timeout: float, ca_bundle: str | None = None):
         self._client = client
-        self.signer = CrtSigner(credentials, client.meta.region_name or "us-east-1")
+        self.signer = SigV4Signer(credentials, client.meta.region_name or "us-east-1",
+                                  f"mpcommit crt awscrt/{awscrt_version}")
         self._security = dict(security or {})
         self._headers = list(headers)
         #: The security headers of each other request this transport sends for the store, by botocore's operation
@@ -189,11 +192,8 @@ class CrtCompleter:
                      body, headers, done, parse, payload=payload)
 
     def _sign_for_polled(self, path: str, host_header: str, body: Any, *, method: str, headers: Any,
-                         payload: str | None) -> Any:
-        # The CRT's request is only what its signer signs: the polled socket writes the body itself, so the
-        # request gets an empty stream rather than a copy of the body.
-        return self.signed_request(path, host_header, body, method=method, headers=headers, payload=payload,
-                                   stream=io.BytesIO())
+                         payload: str | None) -> list[tuple[str, str]]:
+        return self.signed_headers(path, host_header, body, method=method, headers=headers, payload=payload)
 
     def _ssl_context(self) -> Any:
         """Python's TLS context for the polled sockets, verifying with :attr:`ca_bundle` as the CRT's does."""
@@ -282,11 +282,23 @@ class CrtCompleter:
     def signed_request(self, path: str, host_header: str, body: bytes | bytearray | memoryview, *,
                        date: datetime.datetime | None = None, method: str = "POST", payload: str | None = None,
                        headers: Sequence[tuple[str, str]] | None = None, stream: Any = None) -> Any:
-        """The request for ``path`` (key and query, encoded) with ``body``, signed (:class:`.crt_signing.CrtSigner`);
-        ``headers``: the request's own, a complete's security headers unless given."""
+        """The CRT's request for ``path`` (key and query, encoded) with ``body``, signed (:meth:`signed_headers`);
+        ``stream``: the body as the CRT reads it (a copy of ``body`` unless given)."""
+        signed = self.signed_headers(path, host_header, body, date=date, method=method, payload=payload,
+                                     headers=headers)
+        return crt_http.HttpRequest(method, path, crt_http.HttpHeaders(signed),
+                                    stream if stream is not None else io.BytesIO(bytes(body)))
+
+    def signed_headers(self, path: str, host_header: str, body: bytes | bytearray | memoryview, *,
+                       date: datetime.datetime | None = None, method: str = "POST", payload: str | None = None,
+                       headers: Sequence[tuple[str, str]] | None = None) -> list[tuple[str, str]]:
+        """The headers of the request for ``path`` with ``body``, signed as botocore signs it (:mod:`.signing`):
+        ``payload`` is the signed payload value (the body's SHA-256 unless given); ``headers``: the request's own,
+        a complete's security headers unless given."""
         own = self._headers if headers is None else headers
-        return self.signer.signed_request(path, host_header, body, headers=own, date=date, method=method,
-                                          payload=payload, stream=stream)
+        return self.signer.headers(method, path, host_header,
+                                   payload if payload is not None else hashlib.sha256(body).hexdigest(), own,
+                                   length=len(body), when=date.timestamp() if date is not None else None)
 
     def _base(self, bucket: str) -> tuple[str, str, HostConnections]:
         found = self._bases.get(bucket)

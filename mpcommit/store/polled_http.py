@@ -11,8 +11,8 @@ in-process with no pool thread 0.8 ms per extra file, with the pool thread doing
 real requests through the pool and the CRT about 3.1 ms -- and the same requests sent and read on the task's own
 thread over plain sockets, 1.8 ms.
 
-So a small file's create and part go out here: :meth:`PolledRequests.start` builds and signs the request (the CRT
-transport's signer: botocore's signature), writes what the socket takes at once, and returns; :meth:`pump` --
+So a small file's create and part go out here: :meth:`PolledRequests.start` builds and signs the request
+(:mod:`.signing`: botocore's signature), writes what the socket takes at once, and returns; :meth:`pump` --
 called by the task's thread whenever it is about to wait, and on each new request -- writes what is left, reads
 what has arrived, and calls each finished request's ``done`` on the pumping thread. Nothing is answered while
 nobody pumps: the writer pumps where it would wait (:mod:`mpcommit.protocol.writer`), so a request's answer is read
@@ -129,7 +129,7 @@ class PolledRequests:
         ``done(None, error)`` is called once, by a later :meth:`pump`, on the thread that pumps."""
         signed = self._sign(path, host_header, body, method=method, headers=headers, payload=payload)
         lines = [f"{method} {path} HTTP/1.1"]
-        lines += [f"{name}: {value}" for name, value in signed.headers]
+        lines += [f"{name}: {value}" for name, value in signed]
         head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
         request = _Request(head, memoryview(body).cast("B"), done, parse, url,
                            time.monotonic() + self._connect_timeout + self._read_timeout)

@@ -7,8 +7,8 @@ signer), and each in flight holds a thread. So there are two transports, chosen 
 
 * :class:`Boto3Completer`: the client's ``complete_multipart_upload``, as every other request is sent;
 * :class:`mpcommit.store.crt_transport.CrtCompleter`: the request built here (:func:`complete_body`, the URL from
-  :func:`key_base_url` and :func:`key_and_query`, the headers from :func:`header_fields`), signed by the AWS
-  Common Runtime's SigV4 signer and sent on its asynchronous HTTP connections; its answer read by
+  :func:`key_base_url` and :func:`key_and_query`, the headers from :func:`header_fields`), signed as botocore
+  signs it (:mod:`mpcommit.store.signing`) and sent on the AWS Common Runtime's asynchronous HTTP connections; its answer read by
   :func:`etag_from_answer`. It can also :meth:`~mpcommit.store.crt_transport.CrtCompleter.start` a complete
   without waiting for it, so that hundreds are in flight from one thread.
 
