@@ -34,7 +34,7 @@ _SCOPE_TAIL = "s3/aws4_request"
 
 
 def _hmac(key: bytes, text: str) -> bytes:
-    return hmac.new(key, text.encode(), hashlib.sha256).digest()
+    return hmac.digest(key, text.encode(), "sha256")
 
 
 class SigV4Signer:
@@ -50,6 +50,7 @@ class SigV4Signer:
         self._lock = threading.Lock()
         #: (secret key, day) -> the derived signing key, the day's and the secret's only.
         self._keys: dict[tuple[str, str], bytes] = {}
+        self._last_stamp: tuple[int, str] = (-1, "")
 
     def headers(self, method: str, path: str, host_header: str, payload: str, headers: Sequence[tuple[str, str]],
                 *, length: int, when: float | None = None) -> list[tuple[str, str]]:
@@ -58,7 +59,7 @@ class SigV4Signer:
         :data:`UNSIGNED_PAYLOAD`), the session token if any, ``headers``, Authorization and Content-Length
         (``length``). ``when``: the instant signed (seconds since the epoch), now unless given."""
         frozen = self.credentials.get_frozen_credentials()
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(when))
+        stamp = self._stamp(when)
         day = stamp[:8]
         out = [("Host", host_header), ("User-Agent", self.user_agent), ("X-Amz-Date", stamp),
                ("X-Amz-Content-SHA256", payload)]
@@ -66,26 +67,36 @@ class SigV4Signer:
             out.append(("X-Amz-Security-Token", frozen.token))
         out.extend(headers)
 
-        signed: dict[str, list[str]] = {}
+        signed: dict[str, str] = {}
         for name, value in out:
             lower = name.lower()
             if lower not in NOT_SIGNED:
-                signed.setdefault(lower, []).append(" ".join(value.split()))  # SigV4's Trimall
+                value = " ".join(value.split())  # SigV4's Trimall
+                signed[lower] = f"{signed[lower]},{value}" if lower in signed else value
         names = sorted(signed)
         resource, _, query = path.partition("?")
         if query:
             query = "&".join(f"{k}={v}" for k, v in sorted(pair.partition("=")[::2] for pair in query.split("&")))
         canonical = "\n".join((
             method, resource, query,
-            "".join(f"{n}:{','.join(signed[n])}\n" for n in names),
+            "".join(f"{n}:{signed[n]}\n" for n in names),
             ";".join(names), payload))
         scope = f"{day}/{self.region}/{_SCOPE_TAIL}"
         to_sign = f"AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
-        signature = hmac.new(self._signing_key(frozen.secret_key, day), to_sign.encode(), hashlib.sha256).hexdigest()
+        # hmac.digest: OpenSSL's one-shot HMAC, without the Python object hmac.new makes.
+        signature = hmac.digest(self._signing_key(frozen.secret_key, day), to_sign.encode(), "sha256").hex()
         out.append(("Authorization", f"AWS4-HMAC-SHA256 Credential={frozen.access_key}/{scope}, "
                                      f"SignedHeaders={';'.join(names)}, Signature={signature}"))
         out.append(("Content-Length", str(length)))
         return out
+
+    def _stamp(self, when: float | None) -> str:
+        """``when`` (now unless given) as SigV4's date, formatted once a second (requests come hundreds a second)."""
+        second = int(time.time() if when is None else when)
+        last = self._last_stamp
+        if last[0] != second:
+            last = self._last_stamp = (second, time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(second)))
+        return last[1]
 
     def _signing_key(self, secret: str, day: str) -> bytes:
         key = self._keys.get((secret, day))
