@@ -411,33 +411,6 @@ def _pin(pid: int, cpus: str) -> None:
     subprocess.run(["taskset", "-a", "-p", "-c", cpus, str(pid)], check=True, capture_output=True)
 
 
-def start_versitygw(data: Path, cpus: str) -> tuple[subprocess.Popen[bytes], str]:
-    from tests.support.servers import free_port, go_server_problem
-
-    problem = go_server_problem("versitygw")
-    if problem:
-        raise SystemExit(f"bench_executor: {problem}")
-    port = free_port()
-    (data / "store").mkdir(parents=True)
-    log_file = open(data / "server.log", "wb")
-    proc = subprocess.Popen(["taskset", "-c", cpus, str(REPO_ROOT / "s3servers" / "start.sh"), "versitygw", str(port),
-                             str(data / "store")], stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True)
-    endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(endpoint + "/", timeout=2)
-            break
-        except urllib.error.HTTPError:
-            break  # 403 to an unsigned request: it answers
-        except OSError:
-            if proc.poll() is not None:
-                raise SystemExit(f"versitygw exited: {(data / 'server.log').read_text()[-2000:]}")
-            time.sleep(0.25)
-    return proc, endpoint
-
-
 def cpu_split() -> tuple[str, str, int]:
     """(the server's and proxy's CPUs, Spark's CPUs, Spark's slots): the first core for the server side, the rest
     for Spark, one slot each."""
@@ -474,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
 
         a.size = parse_size(a.size)
         return child(a)
-    from bench.common import log
+    from bench.common import log, start_versitygw
     from bench.records import SMOKE_DIR
     from tests.support.s3_network import NONE, S3Network
 

@@ -463,3 +463,36 @@ def save_json(name: str, data: Any) -> Path:
     path = RESULTS_DIR / f"{name}.json"
     path.write_text(json.dumps(data, indent=1, default=str))
     return path
+
+
+def start_versitygw(data: Path, cpus: str | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    """versitygw (s3servers/start.sh: its posix backend over ``data``/store -- a tmpfs directory in the benchmarks, so
+    that the disk never sets the pace) on a free port, pinned to ``cpus`` when given; (the process, its endpoint)
+    once it answers. Stop it with SIGTERM to its process group."""
+    import urllib.error
+    import urllib.request
+
+    from tests.support.servers import free_port, go_server_problem
+
+    problem = go_server_problem("versitygw")
+    if problem:
+        raise SystemExit(f"bench: {problem}")
+    port = free_port()
+    (data / "store").mkdir(parents=True)
+    log_file = open(data / "server.log", "wb")
+    command = [str(REPO_ROOT / "s3servers" / "start.sh"), "versitygw", str(port), str(data / "store")]
+    proc = subprocess.Popen((["taskset", "-c", cpus] if cpus else []) + command, stdout=log_file,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    endpoint = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(endpoint + "/", timeout=2)
+            break
+        except urllib.error.HTTPError:
+            break  # 403 to an unsigned request: it answers
+        except OSError:
+            if proc.poll() is not None:
+                raise SystemExit(f"versitygw exited: {(data / 'server.log').read_text()[-2000:]}")
+            time.sleep(0.25)
+    return proc, endpoint

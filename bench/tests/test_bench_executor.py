@@ -194,8 +194,8 @@ def test_the_compaction_sensitivity_is_judged_at_the_sourced_copy_rate():
                      {"session": sid, "pair": pair, "variant": "rewrite-equal", "dataset": "d", "seconds": 20.0,
                       "data_bytes": 3 << 30}]
     text = "\n".join(render_compaction_sensitivity(sessions, runs))
-    eight = next(line for line in text.splitlines() if line.startswith("| 8 MB/s (sourced)"))
-    fifty = next(line for line in text.splitlines() if line.startswith("| 50 MB/s (assumed)"))
+    eight = next(line for line in text.splitlines() if "| 8 MB/s (sourced)" in line)
+    fifty = next(line for line in text.splitlines() if "| 50 MB/s (assumed)" in line)
     assert "10 Gb/s" in eight and "**2.00x**" in eight and eight.endswith("| **missed** |")
     assert "**5.00x**" in fifty and fifty.endswith("| would be met |")
 
@@ -247,3 +247,29 @@ def test_the_compaction_target_reads_the_newest_code_that_ran_the_sourced_rate(t
                if line.startswith("| >= 3x faster than an equal-footing rewrite"))
     assert "2.00x" in row and "copy rate 8 MB/s" in row and "(at older code old)" in row
     assert row.endswith("| **missed** |")
+
+
+def test_the_compaction_target_is_read_on_the_server_that_answered_late_least(tmp_path: Path):
+    """The same code and rate on two servers: each shown apart with its share of late answers, and the target read
+    on the one the model set the pace of (LocalStack answering 90% late, versitygw 2%)."""
+    lines = []
+    for sid, server, merge, late in (("ls", "LocalStack 4.13.1 (host mode, S3 only, separate process)", 18.0, 0.9),
+                                     ("vg", "versitygw-v1.8.0 (posix backend on tmpfs, separate process)", 5.0, 0.02)):
+        lines.append({"kind": "session", "session": sid, "started": "2026-11-29 04:00:00 UTC", "git": {"code": "c"},
+                      "network": "s3", "server": f"{server}, through the S3-like network (s3)",
+                      "profile": {"name": "s3, copies at 8 MB/s, host link 10 Gb/s", "copy_rate": 8e6,
+                                  "host_bandwidth": 1.25e9}})
+        for pair in range(3):
+            lines += [{"kind": "run", "session": sid, "pair": pair, "variant": v, "dataset": "d", "seconds": s,
+                       "data_bytes": 3 << 30, "late": late} for v, s in (("multipart", merge), ("rewrite-equal", 20.0))]
+    (tmp_path / "compaction.jsonl").write_text("\n".join(json.dumps(r) for r in lines) + "\n")
+    row = next(line for line in "\n".join(render_targets(tmp_path, head="c")).splitlines()
+               if line.startswith("| >= 3x faster than an equal-footing rewrite"))
+    assert "4.00x" in row and "on versitygw-v1.8.0" in row and "(2% of answers late)" in row
+    assert row.endswith("| met |")
+    sessions = {line["session"]: line for line in lines if line["kind"] == "session"}
+    table = "\n".join(render_compaction_sensitivity(sessions, [line for line in lines if line["kind"] == "run"]))
+    localstack = next(line for line in table.splitlines() if line.startswith("| LocalStack 4.13.1 |"))
+    versitygw = next(line for line in table.splitlines() if line.startswith("| versitygw-v1.8.0 |"))
+    assert "| 90-90% |" in localstack and "**1.11x**" in localstack
+    assert "| 2-2% |" in versitygw and "**4.00x**" in versitygw
