@@ -934,6 +934,15 @@ def per_file_ratio(runs: Sequence[Run], num: str, den: str) -> Summary:
     return Summary.of(a[k] / b[k] for k in a if k in b and b[k])
 
 
+def _older_gate(sessions: Sessions, run: Run) -> str:
+    """Said of a run with a tail judged by a session before the gate told a tail's low draws (clipped) from late
+    answers: its late answers include those."""
+    gate = (sessions.get(run.get("session")) or {}).get("gate") or {}
+    if run.get("network") != "s3-tail" or "clipped_time_share" in gate:
+        return ""
+    return " (its session's gate counted a tail's low draws under the server's own time as late too)"
+
+
 def render_executor(sessions: Sessions, runs: Sequence[Run]) -> list[str]:
     """Issue 39 item 1: per cell (files x network), every variant's valid runs against the tuned magic committer at
     32 threads, paired by round; the runs the validity gate failed counted, with why."""
@@ -969,7 +978,8 @@ def render_executor(sessions: Sessions, runs: Sequence[Run]) -> list[str]:
         invalid = [r for r in rs if r.get("valid") is False]
         if invalid:
             out += ["", "Runs the validity gate failed (not in the figures above): " + "; ".join(
-                f"{r['variant']} round {r.get('pair')}: {(r.get('gate') or {}).get('why')}" for r in invalid)]
+                f"{r['variant']} round {r.get('pair')}: {(r.get('gate') or {}).get('why')}{_older_gate(sessions, r)}"
+                for r in invalid)]
         out += ["", sessions_line(sessions, rs)]
     for (network, small, large), rs in _extra_file_cells(runs).items():
         rows = []

@@ -26,6 +26,7 @@ from tests.support.s3_network import (
     MatchRule,
     NetworkProfile,
     S3Network,
+    lateness,
     parse_rate,
     parse_seconds,
     per_file,
@@ -139,6 +140,40 @@ def test_a_tail_varies_each_answers_wait_around_the_median(net: S3Network, _moto
     total = net.stats()["ops"]["HeadObject"]["latency_seconds"]
     assert total != pytest.approx(40 * 0.005, rel=0.05), "drawn, not the median every time"
     assert max(waits) > 0.015, "some answers wait several times the median"
+
+
+def test_an_answer_past_its_draw_is_late_only_when_the_server_was_slower_than_the_median() -> None:
+    # No tail: the draw is the median, so any answer past it is late (the floor's gate, unchanged).
+    assert lateness(took=0.031, drawn=0.030, median=0.030) == "late"
+    assert lateness(took=0.030, drawn=0.030, median=0.030) == "late"
+    # A tail's low draw (4 ms) under a server that took 6 ms, well within the 30 ms median: clipped, not late.
+    assert lateness(took=0.006, drawn=0.004, median=0.030) == "clipped"
+    # The same low draw under a server that took 45 ms: slower than the median, it set the pace.
+    assert lateness(took=0.045, drawn=0.004, median=0.030) == "late"
+    with pytest.raises(AssertionError):
+        lateness(took=0.003, drawn=0.004, median=0.030)  # held by the proxy: never judged
+
+
+def test_late_and_clipped_answers_are_counted_apart_with_their_overrun(net: S3Network,
+                                                                      _moto_backend_session: Backend) -> None:
+    bucket = _bucket(_moto_backend_session)
+    c = raw_s3_client(net.endpoint_url)
+    c.put_object(Bucket=bucket, Key="k", Body=b"x")
+    # A median far under any server's own time: every answer past its draw is late, none clipped.
+    net.set_profile(NetworkProfile("fast-tail", default=1e-6, tail={"default": 1e-5}))
+    net.reset()
+    for _ in range(20):
+        c.head_object(Bucket=bucket, Key="k")
+    head = net.stats()["ops"]["HeadObject"]
+    assert head["late"] == 20 and head["clipped"] == 0
+    assert head["late_seconds"] > 0 and head["clipped_seconds"] == 0
+    # The floor, no tail, under the server's time: every answer late too, and nothing can be clipped.
+    net.set_profile(NetworkProfile("floor", default=1e-6))
+    net.reset()
+    for _ in range(10):
+        c.head_object(Bucket=bucket, Key="k")
+    totals = net.stats()["totals"]
+    assert totals["late"] == 10 and totals["clipped"] == 0 and totals["late_seconds"] > 0
 
 
 def test_caps_bandwidth_per_connection_each_way(net: S3Network, _moto_backend_session: Backend) -> None:

@@ -28,6 +28,36 @@ def test_a_run_is_valid_when_the_server_kept_the_models_pace():
     assert gate({"ops": {}}, S3_LIKE.to_json())["why"] == "no store"
 
 
+def test_with_a_tail_clipped_answers_are_not_late_but_their_added_time_is_bounded():
+    from tests.support.s3_network import S3_TAIL
+
+    def stats(clipped: int, clipped_seconds: float, late: int = 0) -> dict:
+        s = _stats(1000, upstream=1.0, held=129.0, drawn=130.0, late=late)
+        s["ops"]["UploadPart"] = {"requests": 2000, "late": 0, "latency_seconds": 90.0, "clipped": clipped,
+                                  "clipped_seconds": clipped_seconds}
+        return s
+
+    # 150 low draws under a server that answered within the median, 2 ms over each: 0.3 s of the model's 220 s.
+    few = gate(stats(150, 0.3), S3_TAIL.to_json())
+    assert few["valid"] is True and few["late"] == 0 and few["clipped"] == 150
+    assert few["clipped_time_share"] < 0.01
+    # The same answers 40 ms over each: 6 s, 2.7% of the model's time -- the server slowed the run after all.
+    many = gate(stats(150, 6.0), S3_TAIL.to_json())
+    assert many["valid"] is False and "added 6.00 s to the model's 220.0 s" in many["why"]
+    # Late answers (past the median) are judged as before, whatever was clipped.
+    late = gate(stats(0, 0.0, late=70), S3_TAIL.to_json())
+    assert late["valid"] is False and "70 of 3000 answers late" in late["why"]
+
+
+def test_a_tail_run_failed_by_the_older_gate_says_so():
+    from bench.report_tables import _older_gate
+
+    run = {"session": "s1", "network": "s3-tail"}
+    assert "counted a tail's low draws" in _older_gate({"s1": {"gate": {"late_share": 0.02}}}, run)
+    assert _older_gate({"s1": {"gate": {"late_share": 0.02, "clipped_time_share": 0.02}}}, run) == ""
+    assert _older_gate({"s1": {"gate": {"late_share": 0.02}}}, {**run, "network": "s3"}) == ""  # no tail: same test
+
+
 def test_the_plan_and_the_tuned_variants():
     assert parse_plan("1000:raw,s3,s3-tail;10000:s3") == [(1000, "raw"), (1000, "s3"), (1000, "s3-tail"), (10000, "s3")]
     assert tuned("magic-tuned-128")["fs.s3a.committer.threads"] == "128"
