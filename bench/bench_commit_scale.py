@@ -550,9 +550,10 @@ def main(argv: list[str] | None = None) -> None:
     cpu.add_argument("--files", type=int, nargs="+", default=[10_000])
     cpu.add_argument("--repeats", type=int, default=10)
     cpu.add_argument("--variants", nargs="+", default=["commit", "bare-crt"])
-    cpu.add_argument("--network", choices=("raw", "s3", "s3-cold", "s3-2026-11"), default="raw",
+    cpu.add_argument("--network", choices=("raw", "s3", "s3-cold", "s3-tail", "s3-2026-11"), default="raw",
                      help="raw: straight to the stub; s3: through the S3-like network (tests/support/s3_network.py); "
-                          "s3-cold: the same with the whole bucket one partition (3,500 writes/s in all)")
+                          "s3-cold: the same with the whole bucket one partition (3,500 writes/s in all); "
+                          "s3-tail: s3 with each request's latency drawn from a lognormal (p99 10x the median)")
     cpu.add_argument("--records", default=None, help="directory of the raw records (default bench/results)")
     cpu.add_argument("--write-rate", type=float, default=0,
                      help="override the rate limit's writes/s per partition (a stress case below S3's 3,500)")
