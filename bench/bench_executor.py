@@ -19,6 +19,8 @@ waiting to each task's time, where on a 2-core machine running ``local[8]`` it h
   *clipped*, not late (the lognormal of a 30 ms median draws 5% of its latencies under 6 ms, under any server's
   own time); the time clipped answers added beyond their draws may be at most 2% of all the latency the model
   drew for the run (sessions from 2026-11-30 on; earlier sessions counted every answer past its draw as late).
+  With a tail, every variant of a round draws its latencies from the round's seed, per operation (common random
+  numbers: the n-th complete of each waits the same; ``draw_seed`` in the record; sessions from 2026-11-30 on).
   A run that fails is recorded as
   ``valid: false`` with the figures that failed it, never dropped; raw runs have no floor to be judged against
   (``valid`` absent). The tables show the valid runs' figures and count the others.
@@ -102,6 +104,8 @@ TASKS = 8
 #: this share of all.
 GATE_COMPLETE_FACTOR = 1.10
 GATE_LATE_SHARE = 0.02
+#: The tail's draws of round r start from this + r, per operation, for every variant of the round.
+DRAW_SEED_BASE = 3900
 #: With a tail: the time answers from its low end took beyond their draws (never beyond the median: those are late),
 #: at most this share of all the latency the model drew for the run.
 GATE_CLIPPED_TIME_SHARE = 0.02
@@ -378,7 +382,10 @@ def child(args: argparse.Namespace) -> int:
                 for _, variant in [(r, v) for r, v in order if r == pair]:
                     prefix = f"n{files}-{network}/r{pair}/"
                     load = os.getloadavg()
-                    _proxy_call(args.endpoint, "reset", "POST")
+                    # Every variant of a round draws the tail's latencies from the round's seed, per operation:
+                    # common random numbers, so that a pair differs by its committers, not by their luck in draws.
+                    draw_seed = DRAW_SEED_BASE + pair
+                    _proxy_call(args.endpoint, f"reset?seed={draw_seed}", "POST")
                     s0 = split_meter.snapshot()
                     c0 = cpu_now()
                     t0 = time.perf_counter()
@@ -409,7 +416,7 @@ def child(args: argparse.Namespace) -> int:
                         "success": listing.get("success"), "mp_timings": info.get("mp_timings"),
                         "requests": {op: int(v["requests"]) for op, v in (stats.get("ops") or {}).items() if v.get("requests")},
                         "requests_total": int(totals.get("requests", 0)), "late": int(totals.get("late", 0)),
-                        "max_in_flight": stats.get("max_in_flight"), "gate": verdict,
+                        "max_in_flight": stats.get("max_in_flight"), "gate": verdict, "draw_seed": draw_seed,
                         "load_before": list(load), "load_after": list(os.getloadavg()),
                         "settings": effective.get(variant, {}),
                     }

@@ -142,6 +142,32 @@ def test_a_tail_varies_each_answers_wait_around_the_median(net: S3Network, _moto
     assert max(waits) > 0.015, "some answers wait several times the median"
 
 
+def test_runs_reset_with_one_seed_draw_each_operations_latencies_alike(net: S3Network,
+                                                                       _moto_backend_session: Backend) -> None:
+    # Common random numbers: the n-th HEAD waits the same whatever came before it, so that two committers compared
+    # in one round differ by what they do, not by which of them drew the tail's rare long answers.
+    net.set_profile(NetworkProfile("tail", default=0.002, tail={"default": 0.020}))
+    bucket = _bucket(_moto_backend_session)
+    c = raw_s3_client(net.endpoint_url)
+    c.put_object(Bucket=bucket, Key="k", Body=b"x")
+
+    def heads(seed: int, puts_before: int) -> float:
+        net.reset(seed=seed)
+        for i in range(puts_before):
+            c.put_object(Bucket=bucket, Key=f"p{i}", Body=b"y")
+        for _ in range(12):
+            c.head_object(Bucket=bucket, Key="k")
+        return net.stats()["ops"]["HeadObject"]["latency_seconds"]
+
+    first = heads(5, puts_before=0)
+    assert heads(5, puts_before=4) == first, "other operations' requests do not shift a stream's draws"
+    assert heads(6, puts_before=0) != first, "another seed, other draws"
+    net.reset()
+    for _ in range(12):
+        c.head_object(Bucket=bucket, Key="k")
+    assert net.stats()["ops"]["HeadObject"]["latency_seconds"] != first, "without a seed the draws go on"
+
+
 def test_an_answer_past_its_draw_is_late_only_when_the_server_was_slower_than_the_median() -> None:
     # No tail: the draw is the median, so any answer past it is late (the floor's gate, unchanged).
     assert lateness(took=0.031, drawn=0.030, median=0.030) == "late"

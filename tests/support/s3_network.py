@@ -48,6 +48,7 @@ headers, so that a test can see what the client really sent (encryption and buck
 served under ``/__proxy/`` (no bucket can be named so: bucket names have no underscores):
 
     GET /__proxy/stats      the counters (JSON)           POST /__proxy/reset     zero them; answers the old ones
+                                                          (``?seed=N``: the tail's draws start again from N)
     GET /__proxy/profile    the shaping in force          PUT  /__proxy/profile   replace it (JSON body)
     GET /__proxy/faults     the fault plan in force       PUT  /__proxy/faults    replace it (JSON body, or null)
     GET /__proxy/headers    the requests' headers, when recorded
@@ -85,7 +86,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import NormalDist
 from typing import Any
-from urllib.parse import parse_qsl, quote, unquote, urlsplit
+from urllib.parse import parse_qs, parse_qsl, quote, unquote, urlsplit
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:  # run as a script or as a subprocess from elsewhere
@@ -879,9 +880,13 @@ class Proxy:
         self.profile = profile
         self.counters = Counters()
         self.buckets = TokenBuckets(profile.throttle) if profile.throttle else None
-        #: The tail's draws: a seeded generator, so that a run's latencies are the same multiset whatever the
-        #: order the requests arrive in (which one gets which draw depends on that order).
-        self.draws = random.Random(39)
+        #: The tail's draws: one seeded generator per operation (:meth:`draw`), so that the n-th request of an
+        #: operation waits the same latency in every run started from the same seed, whatever requests of other
+        #: operations came before it: two committers compared in one round (``POST /__proxy/reset?seed=N``) see
+        #: their completes drawn alike -- common random numbers, so that a pair differs by the committers and not by
+        #: which of them drew the tail's rare multi-second answers.
+        self.seed = 39
+        self._draws: dict[str, random.Random] = {}
         #: The client host's link, each way, shared by every connection (NetworkProfile.host_bandwidth).
         self.host_up, self.host_down = _Pacer(), _Pacer()
         self.faults = FaultDecider(faults)
@@ -1045,7 +1050,7 @@ class Proxy:
                 copied = size or 0
             if status < 300:
                 stats["copied_bytes"] += copied
-            latency = profile.latency_for(op, copied, keys, draw=self.draws.random() if profile.tail else None)
+            latency = profile.latency_for(op, copied, keys, draw=self.draw(op) if profile.tail else None)
             latency += extra_delay
             stats["latency_seconds"] += latency
             if latency:
@@ -1126,6 +1131,13 @@ class Proxy:
         length = {k.lower(): v for k, v in rheaders}.get("content-length")
         return int(length) if status == 200 and length is not None else None
 
+    def draw(self, op: str) -> float:
+        """The next uniform draw of ``op``'s own stream (seeded by the proxy's seed and the operation's name)."""
+        stream = self._draws.get(op)
+        if stream is None:
+            stream = self._draws[op] = random.Random(f"{self.seed}:{op}")
+        return stream.random()
+
     # ------------------------------------------------------------ the control API
     async def _control(self, method: str, target: str, headers: list[tuple[str, str]],
                        reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -1143,6 +1155,9 @@ class Proxy:
             self.set_profile(self.profile)
             self.faults = FaultDecider(self.faults.plan)
             self.headers = []
+            seed = parse_qs(urlsplit(target).query).get("seed")
+            if seed:  # the tail's draws start again from this seed (else they go on)
+                self.seed, self._draws = int(seed[0]), {}
         elif path == "faults" and method == "GET":
             answer = self.faults.plan.to_json() if self.faults.plan else None
         elif path == "faults" and method == "PUT":
@@ -1419,9 +1434,10 @@ class S3Network:
     def stats(self) -> dict[str, Any]:
         return self._call("GET", "stats")
 
-    def reset(self) -> dict[str, Any]:
-        """Zero the counters (faults and recorded headers included); returns them as they were."""
-        return self._call("POST", "reset")
+    def reset(self, *, seed: int | None = None) -> dict[str, Any]:
+        """Zero the counters (faults and recorded headers included); returns them as they were. With ``seed``, the
+        tail's draws start again from it: runs reset with the same seed draw the same latencies per operation."""
+        return self._call("POST", "reset" if seed is None else f"reset?seed={int(seed)}")
 
     def set_profile(self, profile: NetworkProfile) -> None:
         self._call("PUT", "profile", profile.to_json())
