@@ -203,6 +203,28 @@ def gate(stats: dict[str, Any], profile: dict[str, Any] | None) -> dict[str, Any
     return {**out, "valid": not reasons, "why": "; ".join(reasons) or "ok"}
 
 
+def ideal_window_seconds(seed: int, requests: int, slots: int, profile: Any = None,
+                         op: str = "CompleteMultipartUpload") -> float:
+    """How long ``requests`` requests of ``op`` take through ``slots`` slots kept full -- each started the moment
+    one ends, with no client time -- when each waits the latency the proxy draws for it from ``seed`` (the n-th
+    request the n-th draw of ``op``'s stream, as :meth:`tests.support.s3_network.Proxy.draw` gives it; ``profile``
+    the tail's, default ``S3_TAIL``): what a committer's completes can take at best in a round with that seed."""
+    import heapq
+
+    from tests.support.s3_network import S3_TAIL, draw_stream
+
+    profile = profile or S3_TAIL
+    stream = draw_stream(seed, op)
+    free = [0.0] * slots  # when each slot is next free
+    end = 0.0
+    for _ in range(requests):
+        start = heapq.heappop(free)
+        done = start + profile.latency_for(op, draw=stream.random())
+        heapq.heappush(free, done)
+        end = max(end, done)
+    return end
+
+
 def set_profile(proxy: str, profile: dict[str, Any]) -> None:
     """Switch the proxy's shaping (its control API), between cells."""
     req = urllib.request.Request(f"{proxy}/__proxy/profile", data=json.dumps(profile).encode(), method="PUT",

@@ -241,7 +241,8 @@ PEER_LABELS = {
     "v2": "FileOutputCommitter v2", "v1": "FileOutputCommitter v1",
 }
 NETWORK_LABELS = {"raw": "raw (through the counting proxy, no added latency)",
-                  "s3": "with the S3-like network (profile `s3`)", "s3-cold": "with the S3-like network, cold prefix (`s3-cold`)"}
+                  "s3": "with the S3-like network (profile `s3`)", "s3-cold": "with the S3-like network, cold prefix (`s3-cold`)",
+                  "s3-tail": "with the S3-like network's latency tail (profile `s3-tail`: lognormal, p99 10x the median)"}
 
 
 def _job_cpu(r: Run) -> float | None:

@@ -58,6 +58,21 @@ def test_a_tail_run_failed_by_the_older_gate_says_so():
     assert _older_gate({"s1": {"gate": {"late_share": 0.02}}}, {**run, "network": "s3"}) == ""  # no tail: same test
 
 
+def test_the_ideal_window_time_of_a_rounds_draws():
+    from bench.bench_executor import ideal_window_seconds
+    from tests.support.s3_network import S3_LIKE, S3_TAIL, draw_stream
+
+    # No tail: 100 completes of 80 ms through 10 slots kept full take 10 waves.
+    assert abs(ideal_window_seconds(1, 100, 10, S3_LIKE) - 0.8) < 1e-9
+    # One slot: the draws' sum, the proxy's stream for the seed and the operation.
+    stream = draw_stream(3900, "CompleteMultipartUpload")
+    total = sum(S3_TAIL.latency_for("CompleteMultipartUpload", draw=stream.random()) for _ in range(50))
+    assert abs(ideal_window_seconds(3900, 50, 1) - total) < 1e-9
+    # More slots never take longer, and never less than the longest draw.
+    times = [ideal_window_seconds(3903, 1000, k) for k in (8, 32, 256)]
+    assert times == sorted(times, reverse=True) and times[-1] >= 4.0  # seed 3903 draws one answer of 4.4 s
+
+
 def test_the_plan_and_the_tuned_variants():
     assert parse_plan("1000:raw,s3,s3-tail;10000:s3") == [(1000, "raw"), (1000, "s3"), (1000, "s3-tail"), (10000, "s3")]
     assert tuned("magic-tuned-128")["fs.s3a.committer.threads"] == "128"

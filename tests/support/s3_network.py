@@ -868,6 +868,11 @@ class _Closed(Exception):
     """The peer closed its connection."""
 
 
+def draw_stream(seed: int, op: str) -> random.Random:
+    """The uniform draws of ``op``'s tail latencies from ``seed``: one stream per operation (:meth:`Proxy.draw`)."""
+    return random.Random(f"{seed}:{op}")
+
+
 class Proxy:
     """The proxy's event-loop side: one per process (see :class:`S3Network` for the side a test holds)."""
 
@@ -1135,7 +1140,7 @@ class Proxy:
         """The next uniform draw of ``op``'s own stream (seeded by the proxy's seed and the operation's name)."""
         stream = self._draws.get(op)
         if stream is None:
-            stream = self._draws[op] = random.Random(f"{self.seed}:{op}")
+            stream = self._draws[op] = draw_stream(self.seed, op)
         return stream.random()
 
     # ------------------------------------------------------------ the control API
